@@ -1,0 +1,298 @@
+import { randomUUID } from 'node:crypto';
+import { allocate, hasRoom } from './allocate.js';
+import { systemClock, type Clock, type ClockTimer } from './clock.js';
+import { ConcurrencyQueueFullError, ConcurrencyTimeoutError } from './errors.js';
+import type { AcquireRequest, ConcurrencyLease, ConcurrencyLimiter, ConcurrencyStats, WorkloadStats } from './limiter.js';
+import {
+  resolveLimiterOptions,
+  resolveWorkload,
+  type ConcurrencyLimiterOptions,
+  type ResolvedLimits,
+  type ResolvedWorkload,
+} from './options.js';
+import { WaitQueue, type QueueNode } from './wait-queue.js';
+
+/** A request in the queue. It carries its own list links, so removal is O(1). */
+interface Waiter<W extends string> extends QueueNode<Waiter<W>> {
+  readonly seq: number;
+  readonly deadline: number | undefined;
+  readonly workload: ResolvedWorkload<W>;
+  readonly request: AcquireRequest<W>;
+  readonly enqueuedAt: number;
+  readonly timeoutMs: number | undefined;
+  timer: ClockTimer | undefined;
+  onAbort: (() => void) | undefined;
+  resolve(lease: ConcurrencyLease<W>): void;
+  reject(error: unknown): void;
+}
+
+interface LeaseRecord {
+  readonly workload: number;
+  expiresAt: number;
+}
+
+// Lease ids: a random prefix per process and a counter shared by every limiter in it, so an
+// id is never handed out twice, not by two limiters, not by two processes.
+const idPrefix = randomUUID().slice(0, 8);
+let idCounter = 0;
+
+const RESOLVED: Promise<void> = Promise.resolve();
+
+function minDefined(a: number | undefined, b: number | undefined): number | undefined {
+  if (a === undefined) return b;
+  if (b === undefined) return a;
+  return Math.min(a, b);
+}
+
+/**
+ * The built-in limiter for one process. Every grant decision goes through the shared
+ * `allocate` rules; grants, timeouts and cancellations settle synchronously, so a request is
+ * never both granted and cancelled.
+ *
+ * Lease expiry uses one timer for the whole limiter: leases sit in a map in expiry order (a
+ * renewal moves a lease to the end, and all leases share one TTL), so only the first entry
+ * needs watching.
+ */
+export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements ConcurrencyLimiter<W> {
+  readonly name: string;
+  readonly limits: ResolvedLimits<W>;
+
+  readonly #clock: Clock;
+  readonly #byName = new Map<string, ResolvedWorkload<W>>();
+  readonly #queues: WaitQueue<Waiter<W>>[];
+  readonly #active: number[];
+  readonly #leases = new Map<string, LeaseRecord>();
+  #queued = 0;
+  #seq = 0;
+  #sweepTimer: ClockTimer | undefined;
+
+  constructor(options: ConcurrencyLimiterOptions<W>) {
+    this.limits = resolveLimiterOptions(options);
+    this.name = this.limits.name;
+    this.#clock = options.clock ?? systemClock;
+    for (const w of this.limits.workloads) this.#byName.set(w.name, w);
+    this.#queues = this.limits.workloads.map(() => new WaitQueue<Waiter<W>>());
+    this.#active = this.limits.workloads.map(() => 0);
+  }
+
+  validateWorkload(workload?: string): W {
+    return this.#workload(workload).name;
+  }
+
+  #workload(workload: string | undefined): ResolvedWorkload<W> {
+    return (workload !== undefined && this.#byName.get(workload)) || resolveWorkload(this.limits, workload);
+  }
+
+  acquire(request: AcquireRequest<W> = {}): Promise<ConcurrencyLease<W>> {
+    let workload: ResolvedWorkload<W>;
+    try {
+      workload = this.#workload(request.workload);
+    } catch (error) {
+      if (error instanceof Error) Object.assign(error, lineageOf(request));
+      return Promise.reject(error);
+    }
+    const signal = request.signal;
+    if (signal?.aborted) return Promise.reject(signal.reason);
+
+    const now = this.#clock.now();
+    this.#sweep(now);
+    const timeoutMs = minDefined(workload.maxWaitMs, request.timeoutMs);
+    if (request.timeoutMs !== undefined && request.timeoutMs <= 0) {
+      return Promise.reject(this.#timeoutError(workload, request, 0, Math.max(0, request.timeoutMs)));
+    }
+    // Between events every grantable waiter has been granted, so a workload with room has no
+    // queue of its own and nobody eligible is ahead: grant at once.
+    if (hasRoom(this.limits, this.#active, workload.index)) {
+      return Promise.resolve(this.#grant(workload.index, now));
+    }
+    const maxQueued = this.limits.maxQueued;
+    if (maxQueued !== undefined && this.#queued >= maxQueued) {
+      return Promise.reject(
+        new ConcurrencyQueueFullError({
+          limiter: this.name,
+          workload: workload.name,
+          ...lineageOf(request),
+          maxQueued,
+          queued: this.#queued,
+        }),
+      );
+    }
+    if (timeoutMs !== undefined && timeoutMs <= 0) {
+      return Promise.reject(this.#timeoutError(workload, request, 0, timeoutMs));
+    }
+
+    return new Promise<ConcurrencyLease<W>>((resolve, reject) => {
+      const waiter: Waiter<W> = {
+        prev: undefined,
+        next: undefined,
+        queued: false,
+        seq: this.#seq++,
+        deadline: timeoutMs === undefined ? undefined : now + timeoutMs,
+        workload,
+        request,
+        enqueuedAt: now,
+        timeoutMs,
+        timer: undefined,
+        onAbort: undefined,
+        resolve,
+        reject,
+      };
+      this.#queues[workload.index]!.push(waiter);
+      this.#queued++;
+      if (timeoutMs !== undefined) {
+        waiter.timer = this.#clock.setTimeout(() => {
+          waiter.timer = undefined;
+          if (waiter.queued) this.#expire(waiter, this.#clock.now());
+        }, timeoutMs);
+      }
+      if (signal) {
+        waiter.onAbort = () => {
+          if (!waiter.queued) return;
+          this.#dequeue(waiter);
+          reject(signal.reason);
+        };
+        signal.addEventListener('abort', waiter.onAbort, { once: true });
+      }
+    });
+  }
+
+  renew(lease: ConcurrencyLease<W>): Promise<ConcurrencyLease<W> | undefined> {
+    const record = this.#leases.get(lease.id);
+    if (record === undefined) return Promise.resolve(undefined);
+    const now = this.#clock.now();
+    if (record.expiresAt <= now) {
+      this.#sweep(now);
+      return Promise.resolve(undefined);
+    }
+    record.expiresAt = now + this.limits.leaseTtlMs;
+    // Re-insert so the map stays in expiry order.
+    this.#leases.delete(lease.id);
+    this.#leases.set(lease.id, record);
+    return Promise.resolve({ ...lease, expiresAt: record.expiresAt });
+  }
+
+  release(lease: ConcurrencyLease<W>): Promise<void> {
+    const record = this.#leases.get(lease.id);
+    if (record === undefined) return RESOLVED;
+    this.#leases.delete(lease.id);
+    this.#active[record.workload]!--;
+    this.#drain(this.#clock.now());
+    return RESOLVED;
+  }
+
+  stats(): ConcurrencyStats<W> {
+    this.#sweep(this.#clock.now());
+    const workloads = {} as Record<W, WorkloadStats>;
+    let active = 0;
+    for (const w of this.limits.workloads) {
+      const a = this.#active[w.index]!;
+      active += a;
+      workloads[w.name] = { active: a, queued: this.#queues[w.index]!.size };
+    }
+    return { active, queued: this.#queued, workloads };
+  }
+
+  #grant(workload: number, now: number): ConcurrencyLease<W> {
+    const id = `${idPrefix}-${++idCounter}`;
+    const expiresAt = now + this.limits.leaseTtlMs;
+    this.#leases.set(id, { workload, expiresAt });
+    this.#active[workload]!++;
+    if (this.#sweepTimer === undefined) this.#armSweep(now);
+    return { id, limiter: this.name, workload: this.limits.workloads[workload]!.name, acquiredAt: now, expiresAt };
+  }
+
+  #dequeue(waiter: Waiter<W>): void {
+    this.#queues[waiter.workload.index]!.remove(waiter);
+    this.#queued--;
+    if (waiter.timer !== undefined) {
+      this.#clock.clearTimeout(waiter.timer);
+      waiter.timer = undefined;
+    }
+    if (waiter.onAbort !== undefined) {
+      waiter.request.signal?.removeEventListener('abort', waiter.onAbort);
+      waiter.onAbort = undefined;
+    }
+  }
+
+  #expire(waiter: Waiter<W>, now: number): void {
+    this.#dequeue(waiter);
+    waiter.reject(this.#timeoutError(waiter.workload, waiter.request, now - waiter.enqueuedAt, waiter.timeoutMs ?? 0));
+  }
+
+  #timeoutError(workload: ResolvedWorkload<W>, request: AcquireRequest<W>, waitMs: number, timeoutMs: number) {
+    return new ConcurrencyTimeoutError({
+      limiter: this.name,
+      workload: workload.name,
+      ...lineageOf(request),
+      waitMs,
+      timeoutMs,
+    });
+  }
+
+  /** Gives free slots to waiters, by the shared rules. */
+  #drain(now: number): void {
+    if (this.#queued === 0) return;
+    const { grants, expired } = allocate({ limits: this.limits, active: this.#active, waiting: this.#queues, now });
+    for (const waiter of expired) this.#expire(waiter, now);
+    for (const { entry: waiter, workload } of grants) {
+      this.#dequeue(waiter);
+      waiter.resolve(this.#grant(workload, now));
+    }
+  }
+
+  /** Drops leases whose time is up, then hands their slots on. */
+  #sweep(now: number): void {
+    let freed = false;
+    for (const [id, record] of this.#leases) {
+      if (record.expiresAt > now) break;
+      this.#leases.delete(id);
+      this.#active[record.workload]!--;
+      freed = true;
+    }
+    if (freed) this.#drain(now);
+  }
+
+  #armSweep(now: number): void {
+    const first = this.#leases.values().next();
+    if (first.done) return;
+    this.#sweepTimer = this.#clock.setTimeout(
+      () => {
+        this.#sweepTimer = undefined;
+        const at = this.#clock.now();
+        this.#sweep(at);
+        this.#armSweep(at);
+      },
+      first.value.expiresAt - now,
+      { background: true },
+    );
+  }
+}
+
+function lineageOf(request: AcquireRequest<string>) {
+  return {
+    runId: request.runId,
+    rootRunId: request.rootRunId,
+    parentRunId: request.parentRunId,
+    requestId: request.requestId,
+  };
+}
+
+/**
+ * Creates a limiter for one process. Workload names become types, so a misspelt workload
+ * fails to compile.
+ *
+ * @example
+ * const claude = createConcurrencyLimiter({
+ *   name: 'claude',
+ *   maxConcurrent: 8,
+ *   workloads: {
+ *     interactive: { reserved: 2, priority: 10, maxWaitMs: 60_000 },
+ *     background: { maxConcurrent: 6 },
+ *   },
+ * }); // InMemoryConcurrencyLimiter<'interactive' | 'background'>
+ */
+export function createConcurrencyLimiter<W extends string = 'default'>(
+  options: ConcurrencyLimiterOptions<W>,
+): InMemoryConcurrencyLimiter<W> {
+  return new InMemoryConcurrencyLimiter(options);
+}

@@ -1,0 +1,239 @@
+import { systemClock, type Clock, type ClockTimer } from './clock.js';
+import {
+  ConcurrencyConfigError,
+  ConcurrencyError,
+  ConcurrencyLeaseLostError,
+  ConcurrencyLimiterError,
+  ConcurrencyQueueFullError,
+  ConcurrencyTimeoutError,
+  type RequestLineage,
+} from './errors.js';
+import type { ConcurrencyEvent, ConcurrencyEventListener, ReleaseOutcome } from './events.js';
+import type { ConcurrencyLease, ConcurrencyLimiter } from './limiter.js';
+
+/** One provider request's claim on a limiter. */
+export interface SlotRequest<W extends string = string> extends RequestLineage {
+  readonly limiter: ConcurrencyLimiter<W>;
+  readonly workload?: W | undefined;
+  /** Cancels the wait, or, once held, marks the slot's request as cancelled. */
+  readonly signal?: AbortSignal | undefined;
+  /** What is left of the run's time budget. */
+  readonly timeoutMs?: number | undefined;
+  readonly onEvent?: ConcurrencyEventListener | undefined;
+  readonly clock?: Clock | undefined;
+}
+
+/** A slot held for one provider request. */
+export interface HeldSlot<W extends string = string> {
+  /** The current lease (replaced at each renewal). */
+  readonly lease: ConcurrencyLease<W>;
+  /**
+   * Aborted with `ConcurrencyLeaseLostError` when the lease could not be kept: pass it to the
+   * provider request so the request stops with the slot.
+   */
+  readonly signal: AbortSignal;
+  /** Gives the slot back. Idempotent; never rejects (a failure becomes a `release-failed` event). */
+  release(outcome?: ReleaseOutcome): Promise<void>;
+}
+
+/** Lifecycle of a held slot:  held -> released  |  held -> lost -> released (no event). */
+type SlotState = 'held' | 'lost' | 'released';
+
+/**
+ * Takes a slot for one provider request and keeps it: emits the wait and grant events,
+ * renews the lease while the request runs (every third of its TTL), aborts `slot.signal`
+ * when the lease is lost, and turns every failure into the spec's error classes. A slot
+ * granted at the moment of cancellation is handed straight back.
+ *
+ * @example
+ * const slot = await acquireSlot({ limiter, workload: 'interactive', signal, timeoutMs });
+ * try {
+ *   await callProvider({ signal: AbortSignal.any([signal, slot.signal]) });
+ *   await slot.release('completed');
+ * } catch (error) {
+ *   await slot.release(signal.aborted ? 'cancelled' : 'failed');
+ *   throw error;
+ * }
+ */
+export async function acquireSlot<W extends string>(request: SlotRequest<W>): Promise<HeldSlot<W>> {
+  const { limiter, signal } = request;
+  const clock = request.clock ?? systemClock;
+  const lineage: RequestLineage = {
+    runId: request.runId,
+    rootRunId: request.rootRunId,
+    parentRunId: request.parentRunId,
+    requestId: request.requestId,
+  };
+  let workload: string = request.workload ?? 'default';
+  const emit = (event: { type: ConcurrencyEvent['type'] } & Record<string, unknown>): void => {
+    if (!request.onEvent) return;
+    try {
+      request.onEvent({ limiter: limiter.name, workload, ...lineage, at: clock.now(), ...event } as ConcurrencyEvent);
+    } catch {
+      // A listener must not be able to break the slot lifecycle.
+    }
+  };
+
+  if (limiter.validateWorkload) {
+    try {
+      workload = limiter.validateWorkload(request.workload);
+    } catch (error) {
+      const failure = toConcurrencyError(error, limiter.name, workload, lineage);
+      emit({ type: 'config-error', error: failure });
+      throw failure;
+    }
+  }
+
+  const startedAt = clock.now();
+  emit({
+    type: 'wait-started',
+    deadline: request.timeoutMs === undefined ? undefined : startedAt + request.timeoutMs,
+  });
+
+  let lease: ConcurrencyLease<W>;
+  try {
+    lease = await limiter.acquire({ workload: request.workload, signal, timeoutMs: request.timeoutMs, ...lineage });
+  } catch (error) {
+    const waitMs = clock.now() - startedAt;
+    if (signal?.aborted && !(error instanceof ConcurrencyError)) {
+      emit({ type: 'wait-cancelled', waitMs });
+      throw signal.reason;
+    }
+    const failure = toConcurrencyError(error, limiter.name, workload, lineage);
+    if (failure instanceof ConcurrencyTimeoutError) emit({ type: 'timed-out', waitMs });
+    else if (failure instanceof ConcurrencyQueueFullError) emit({ type: 'queue-full', waitMs });
+    else if (failure instanceof ConcurrencyConfigError) emit({ type: 'config-error', error: failure });
+    else emit({ type: 'limiter-error', waitMs, error: failure });
+    throw failure;
+  }
+  workload = lease.workload;
+
+  // Granted at the same moment as the cancellation: the slot goes straight back.
+  if (signal?.aborted) {
+    emit({ type: 'wait-cancelled', waitMs: clock.now() - startedAt });
+    await limiter.release(lease).catch((error: unknown) => {
+      emit({ type: 'release-failed', leaseId: lease.id, error: asError(error) });
+    });
+    throw signal.reason;
+  }
+
+  const acquiredAt = clock.now();
+  emit({ type: 'acquired', leaseId: lease.id, waitMs: acquiredAt - startedAt });
+  return new Slot(limiter, lease, acquiredAt, clock, emit, { ...lineage, workload });
+}
+
+class Slot<W extends string> implements HeldSlot<W> {
+  #state: SlotState = 'held';
+  #lease: ConcurrencyLease<W>;
+  #timer: ClockTimer | undefined;
+  #releasing: Promise<void> | undefined;
+  #lastConfirmedAt: number;
+  readonly #ttlMs: number;
+  readonly #controller = new AbortController();
+
+  constructor(
+    readonly limiter: ConcurrencyLimiter<W>,
+    lease: ConcurrencyLease<W>,
+    readonly acquiredAt: number,
+    readonly clock: Clock,
+    readonly emit: (event: { type: ConcurrencyEvent['type'] } & Record<string, unknown>) => void,
+    readonly context: RequestLineage & { workload: string },
+  ) {
+    this.#lease = lease;
+    this.#lastConfirmedAt = acquiredAt;
+    // Measured in the limiter's own clock, so clock skew between here and a database cannot
+    // shorten or stretch it.
+    this.#ttlMs = Math.max(1, lease.expiresAt - lease.acquiredAt);
+    this.#schedule();
+  }
+
+  get lease(): ConcurrencyLease<W> {
+    return this.#lease;
+  }
+
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  get #intervalMs(): number {
+    return Math.max(1, Math.floor(this.#ttlMs / 3));
+  }
+
+  #schedule(): void {
+    this.#timer = this.clock.setTimeout(() => void this.#renew(), this.#intervalMs, { background: true });
+  }
+
+  async #renew(): Promise<void> {
+    this.#timer = undefined;
+    if (this.#state !== 'held') return;
+    let renewed: ConcurrencyLease<W> | undefined;
+    try {
+      renewed = await this.limiter.renew(this.#lease);
+    } catch (error) {
+      if (this.#state !== 'held') return;
+      this.emit({ type: 'renewal-failed', leaseId: this.#lease.id, error: asError(error) });
+      // The next attempt would come after the lease lapses: stop the request now, while the
+      // slot is still ours, rather than run on without one.
+      if (this.clock.now() + this.#intervalMs - this.#lastConfirmedAt >= this.#ttlMs) return this.#lose();
+      return this.#schedule();
+    }
+    if (this.#state !== 'held') return;
+    if (renewed === undefined) return this.#lose();
+    this.#lease = renewed;
+    this.#lastConfirmedAt = this.clock.now();
+    this.#schedule();
+  }
+
+  #lose(): void {
+    if (this.#state !== 'held') return;
+    this.#state = 'lost';
+    const holdMs = this.clock.now() - this.acquiredAt;
+    this.emit({ type: 'lease-lost', leaseId: this.#lease.id, holdMs });
+    this.#controller.abort(
+      new ConcurrencyLeaseLostError({ limiter: this.limiter.name, ...this.context, leaseId: this.#lease.id, holdMs }),
+    );
+  }
+
+  release(outcome: ReleaseOutcome = 'completed'): Promise<void> {
+    this.#releasing ??= this.#release(outcome);
+    return this.#releasing;
+  }
+
+  async #release(outcome: ReleaseOutcome): Promise<void> {
+    const wasHeld = this.#state === 'held';
+    this.#state = 'released';
+    if (this.#timer !== undefined) this.clock.clearTimeout(this.#timer);
+    this.#timer = undefined;
+    const lease = this.#lease;
+    try {
+      await this.limiter.release(lease);
+    } catch (error) {
+      this.emit({ type: 'release-failed', leaseId: lease.id, error: asError(error) });
+      return;
+    }
+    if (wasHeld) this.emit({ type: 'released', leaseId: lease.id, holdMs: this.clock.now() - this.acquiredAt, outcome });
+  }
+}
+
+function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error));
+}
+
+/** Keeps the spec's error classes as they are (adding lineage); wraps anything else as a limiter failure. */
+function toConcurrencyError(error: unknown, limiter: string, workload: string, lineage: RequestLineage): ConcurrencyError {
+  if (error instanceof ConcurrencyError) {
+    for (const [key, value] of Object.entries(lineage)) {
+      if (value !== undefined && (error as unknown as Record<string, unknown>)[key] === undefined) {
+        (error as unknown as Record<string, unknown>)[key] = value;
+      }
+    }
+    return error;
+  }
+  const message = error instanceof Error ? error.message : String(error);
+  return new ConcurrencyLimiterError(`Limiter \`${limiter}\` failed: ${message}`, {
+    limiter,
+    workload,
+    ...lineage,
+    cause: error,
+  });
+}
