@@ -19,7 +19,11 @@ export interface AllocationLimits {
   readonly maxConcurrent: number;
   /** `maxConcurrent` minus every workload's reservation. */
   readonly sharedSlots: number;
-  readonly workloads: readonly { readonly maxConcurrent: number; readonly reserved: number; readonly priority: number }[];
+  readonly workloads: readonly {
+    readonly maxConcurrent: number;
+    readonly reserved: number;
+    readonly priority: number;
+  }[];
 }
 
 /** A request waiting for a slot. */

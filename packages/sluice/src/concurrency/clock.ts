@@ -63,7 +63,12 @@ export class ManualClock implements Clock {
   }
 
   setTimeout(callback: () => void, ms: number): ClockTimer {
-    const timer: ManualTimer = { at: this.#now + Math.max(0, ms), order: this.#order++, callback, cancelled: false };
+    const timer: ManualTimer = {
+      at: this.#now + Math.max(0, ms),
+      order: this.#order++,
+      callback,
+      cancelled: false,
+    };
     this.#timers.push(timer);
     return timer;
   }
@@ -84,7 +89,8 @@ export class ManualClock implements Clock {
       this.#timers = this.#timers.filter((t) => !t.cancelled);
       let next: ManualTimer | undefined;
       for (const t of this.#timers) {
-        if (t.at <= target && (!next || t.at < next.at || (t.at === next.at && t.order < next.order))) next = t;
+        if (t.at <= target && (!next || t.at < next.at || (t.at === next.at && t.order < next.order)))
+          next = t;
       }
       if (!next) break;
       this.#now = Math.max(this.#now, next.at);

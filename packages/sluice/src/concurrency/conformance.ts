@@ -1,11 +1,7 @@
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import {
-  ConcurrencyConfigError,
-  ConcurrencyError,
-  ConcurrencyQueueFullError,
-  ConcurrencyTimeoutError,
-} from './errors.js';
+import type { ConcurrencyError } from './errors.js';
+import { ConcurrencyConfigError, ConcurrencyQueueFullError, ConcurrencyTimeoutError } from './errors.js';
 import type { AcquireRequest, ConcurrencyLease, ConcurrencyLimiter } from './limiter.js';
 import type { ConcurrencyLimiterOptions } from './options.js';
 
@@ -56,7 +52,11 @@ export function concurrencyConformanceCases(options: ConformanceOptions): Confor
   const long = 10_000;
 
   const withLimiters =
-    (body: (make: (o: Omit<ConcurrencyLimiterOptions<string>, 'name'>) => Promise<AnyLimiter>) => Promise<void>) =>
+    (
+      body: (
+        make: (o: Omit<ConcurrencyLimiterOptions<string>, 'name'>) => Promise<AnyLimiter>,
+      ) => Promise<void>,
+    ) =>
     async () => {
       const made: AnyLimiter[] = [];
       const name = `conformance-${process.pid}-${Date.now().toString(36)}-${++caseCounter}`;
@@ -76,7 +76,9 @@ export function concurrencyConformanceCases(options: ConformanceOptions): Confor
     const outcome = await settle(limiter.acquire({ timeoutMs: short, ...request }));
     if (outcome.ok) {
       await limiter.release(outcome.value);
-      assert.fail(`expected no slot${request.workload ? ` for workload ${request.workload}` : ''}, but one was granted`);
+      assert.fail(
+        `expected no slot${request.workload ? ` for workload ${request.workload}` : ''}, but one was granted`,
+      );
     }
     assert.ok(
       outcome.error instanceof ConcurrencyTimeoutError,
@@ -138,7 +140,10 @@ export function concurrencyConformanceCases(options: ConformanceOptions): Confor
         const b = await limiter.acquire({ timeoutMs: long });
         assert.equal(await limiter.renew(a), undefined, 'renewing an expired lease must resolve undefined');
         await limiter.release(a);
-        assert.ok(await limiter.renew(b), 'the new holder keeps its slot after the old lease is released late');
+        assert.ok(
+          await limiter.renew(b),
+          'the new holder keeps its slot after the old lease is released late',
+        );
         await expectTimeout(limiter);
         await limiter.release(b);
       }),
@@ -282,7 +287,9 @@ export function concurrencyConformanceCases(options: ConformanceOptions): Confor
         const holder = await limiter.acquire({ workload: 'low' });
         const low = limiter.acquire({ workload: 'low', timeoutMs: long }).then((l) => (order.push('low'), l));
         await waitUntilQueued(limiter, 1);
-        const high = limiter.acquire({ workload: 'high', timeoutMs: long }).then((l) => (order.push('high'), l));
+        const high = limiter
+          .acquire({ workload: 'high', timeoutMs: long })
+          .then((l) => (order.push('high'), l));
         await waitUntilQueued(limiter, 2);
         await limiter.release(holder);
         await limiter.release(await high);
@@ -354,9 +361,14 @@ export function concurrencyConformanceCases(options: ConformanceOptions): Confor
       run: withLimiters(async (make) => {
         const limiter = await make({ maxConcurrent: 1, workloads: { quick: { maxWaitMs: short } } });
         const holder = await limiter.acquire();
-        const outcome = await settle(limiter.acquire({ runId: 'run-1', rootRunId: 'root-1', requestId: 'req-1' }));
+        const outcome = await settle(
+          limiter.acquire({ runId: 'run-1', rootRunId: 'root-1', requestId: 'req-1' }),
+        );
         if (outcome.ok) await limiter.release(outcome.value);
-        assert.ok(!outcome.ok && outcome.error instanceof ConcurrencyTimeoutError, 'expected ConcurrencyTimeoutError');
+        assert.ok(
+          !outcome.ok && outcome.error instanceof ConcurrencyTimeoutError,
+          'expected ConcurrencyTimeoutError',
+        );
         const error = outcome.error as ConcurrencyTimeoutError;
         assert.equal(error.limiter, limiter.name);
         assert.equal(error.workload, 'quick');

@@ -20,7 +20,11 @@ export type ConcurrencyEvent =
   | (ConcurrencyEventBase & { readonly type: 'timed-out'; readonly waitMs: number })
   | (ConcurrencyEventBase & { readonly type: 'queue-full'; readonly waitMs: number })
   | (ConcurrencyEventBase & { readonly type: 'wait-cancelled'; readonly waitMs: number })
-  | (ConcurrencyEventBase & { readonly type: 'limiter-error'; readonly waitMs: number; readonly error: Error })
+  | (ConcurrencyEventBase & {
+      readonly type: 'limiter-error';
+      readonly waitMs: number;
+      readonly error: Error;
+    })
   | (ConcurrencyEventBase & { readonly type: 'config-error'; readonly error: Error })
   | (ConcurrencyEventBase & {
       readonly type: 'released';
@@ -28,9 +32,21 @@ export type ConcurrencyEvent =
       readonly holdMs: number;
       readonly outcome: ReleaseOutcome;
     })
-  | (ConcurrencyEventBase & { readonly type: 'renewal-failed'; readonly leaseId: string; readonly error: Error })
-  | (ConcurrencyEventBase & { readonly type: 'lease-lost'; readonly leaseId: string; readonly holdMs: number })
-  | (ConcurrencyEventBase & { readonly type: 'release-failed'; readonly leaseId: string; readonly error: Error });
+  | (ConcurrencyEventBase & {
+      readonly type: 'renewal-failed';
+      readonly leaseId: string;
+      readonly error: Error;
+    })
+  | (ConcurrencyEventBase & {
+      readonly type: 'lease-lost';
+      readonly leaseId: string;
+      readonly holdMs: number;
+    })
+  | (ConcurrencyEventBase & {
+      readonly type: 'release-failed';
+      readonly leaseId: string;
+      readonly error: Error;
+    });
 
 export type ConcurrencyEventType = ConcurrencyEvent['type'];
 

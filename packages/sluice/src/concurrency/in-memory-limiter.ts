@@ -2,7 +2,13 @@ import { randomUUID } from 'node:crypto';
 import { allocate, hasRoom } from './allocate.js';
 import { systemClock, type Clock, type ClockTimer } from './clock.js';
 import { ConcurrencyQueueFullError, ConcurrencyTimeoutError } from './errors.js';
-import type { AcquireRequest, ConcurrencyLease, ConcurrencyLimiter, ConcurrencyStats, WorkloadStats } from './limiter.js';
+import type {
+  AcquireRequest,
+  ConcurrencyLease,
+  ConcurrencyLimiter,
+  ConcurrencyStats,
+  WorkloadStats,
+} from './limiter.js';
 import {
   resolveLimiterOptions,
   resolveWorkload,
@@ -198,7 +204,13 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
     this.#leases.set(id, { workload, expiresAt });
     this.#active[workload]!++;
     if (this.#sweepTimer === undefined) this.#armSweep(now);
-    return { id, limiter: this.name, workload: this.limits.workloads[workload]!.name, acquiredAt: now, expiresAt };
+    return {
+      id,
+      limiter: this.name,
+      workload: this.limits.workloads[workload]!.name,
+      acquiredAt: now,
+      expiresAt,
+    };
   }
 
   #dequeue(waiter: Waiter<W>): void {
@@ -216,10 +228,17 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
 
   #expire(waiter: Waiter<W>, now: number): void {
     this.#dequeue(waiter);
-    waiter.reject(this.#timeoutError(waiter.workload, waiter.request, now - waiter.enqueuedAt, waiter.timeoutMs ?? 0));
+    waiter.reject(
+      this.#timeoutError(waiter.workload, waiter.request, now - waiter.enqueuedAt, waiter.timeoutMs ?? 0),
+    );
   }
 
-  #timeoutError(workload: ResolvedWorkload<W>, request: AcquireRequest<W>, waitMs: number, timeoutMs: number) {
+  #timeoutError(
+    workload: ResolvedWorkload<W>,
+    request: AcquireRequest<W>,
+    waitMs: number,
+    timeoutMs: number,
+  ) {
     return new ConcurrencyTimeoutError({
       limiter: this.name,
       workload: workload.name,
@@ -232,7 +251,12 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
   /** Gives free slots to waiters, by the shared rules. */
   #drain(now: number): void {
     if (this.#queued === 0) return;
-    const { grants, expired } = allocate({ limits: this.limits, active: this.#active, waiting: this.#queues, now });
+    const { grants, expired } = allocate({
+      limits: this.limits,
+      active: this.#active,
+      waiting: this.#queues,
+      now,
+    });
     for (const waiter of expired) this.#expire(waiter, now);
     for (const { entry: waiter, workload } of grants) {
       this.#dequeue(waiter);

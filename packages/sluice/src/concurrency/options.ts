@@ -82,7 +82,15 @@ export interface ResolvedLimits<W extends string = string> {
   readonly sharedSlots: number;
 }
 
-const limiterKeys = new Set(['maxConcurrent', 'maxQueued', 'workloads', 'defaultWorkload', 'name', 'leaseTtlMs', 'clock']);
+const limiterKeys = new Set([
+  'maxConcurrent',
+  'maxQueued',
+  'workloads',
+  'defaultWorkload',
+  'name',
+  'leaseTtlMs',
+  'clock',
+]);
 const workloadKeys = new Set(['maxConcurrent', 'reserved', 'priority', 'maxWaitMs']);
 
 function show(value: unknown): string {
@@ -119,7 +127,13 @@ export function resolveLimiterOptions<W extends string>(
       value,
     });
   };
-  const wholeNumber = (field: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER, why = '') => {
+  const wholeNumber = (
+    field: string,
+    value: unknown,
+    min: number,
+    max = Number.MAX_SAFE_INTEGER,
+    why = '',
+  ) => {
     if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min || value > max) {
       const range = max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `between ${min} and ${max}${why}`;
       fail(field, `a whole number ${range}`, value);
@@ -138,10 +152,14 @@ export function resolveLimiterOptions<W extends string>(
   const maxQueued =
     options.maxQueued === undefined ? undefined : wholeNumber('maxQueued', options.maxQueued, 0);
   const leaseTtlMs =
-    options.leaseTtlMs === undefined ? limiterDefaults.leaseTtlMs : wholeNumber('leaseTtlMs', options.leaseTtlMs, 1);
+    options.leaseTtlMs === undefined
+      ? limiterDefaults.leaseTtlMs
+      : wholeNumber('leaseTtlMs', options.leaseTtlMs, 1);
 
   const rawWorkloads: Record<string, unknown> =
-    options.workloads === undefined ? { [limiterDefaults.workload]: {} } : (options.workloads as Record<string, unknown>);
+    options.workloads === undefined
+      ? { [limiterDefaults.workload]: {} }
+      : (options.workloads as Record<string, unknown>);
   if (!isPlainObject(rawWorkloads) || Object.keys(rawWorkloads).length === 0) {
     fail('workloads', 'an object with at least one workload', options.workloads);
   }
@@ -160,7 +178,13 @@ export function resolveLimiterOptions<W extends string>(
     const ceiling =
       w.maxConcurrent === undefined
         ? maxConcurrent
-        : wholeNumber(`${at}.maxConcurrent`, w.maxConcurrent, 1, maxConcurrent, " (the limiter's maxConcurrent)");
+        : wholeNumber(
+            `${at}.maxConcurrent`,
+            w.maxConcurrent,
+            1,
+            maxConcurrent,
+            " (the limiter's maxConcurrent)",
+          );
     const reserved =
       w.reserved === undefined
         ? limiterDefaults.reserved
@@ -172,7 +196,14 @@ export function resolveLimiterOptions<W extends string>(
     const maxWaitMs = w.maxWaitMs === undefined ? undefined : wholeNumber(`${at}.maxWaitMs`, w.maxWaitMs, 0);
     reservedSum += reserved;
     workloads.push(
-      Object.freeze({ name: name as W, index: workloads.length, maxConcurrent: ceiling, reserved, priority, maxWaitMs }),
+      Object.freeze({
+        name: name as W,
+        index: workloads.length,
+        maxConcurrent: ceiling,
+        reserved,
+        priority,
+        maxWaitMs,
+      }),
     );
   }
   if (reservedSum > maxConcurrent) {
@@ -183,11 +214,23 @@ export function resolveLimiterOptions<W extends string>(
     );
   }
 
+  const starved = workloads.find((w) => w.reserved === 0);
+  if (reservedSum === maxConcurrent && starved) {
+    throw new ConcurrencyConfigError(
+      `Workload \`${starved.name}\` could never get a slot: the reservations take all ${maxConcurrent} of \`maxConcurrent\` and it reserves none`,
+      { limiter, workload: starved.name, field: `workloads.${starved.name}.reserved`, value: 0 },
+    );
+  }
+
   const names = workloads.map((w) => w.name as string);
   let defaultWorkload: W | undefined;
   if (options.defaultWorkload !== undefined) {
     if (typeof options.defaultWorkload !== 'string' || !names.includes(options.defaultWorkload)) {
-      fail('defaultWorkload', `one of the workloads (${names.map(show).join(', ')})`, options.defaultWorkload);
+      fail(
+        'defaultWorkload',
+        `one of the workloads (${names.map(show).join(', ')})`,
+        options.defaultWorkload,
+      );
     }
     defaultWorkload = options.defaultWorkload;
   } else if (names.includes(limiterDefaults.workload)) {

@@ -68,7 +68,13 @@ export async function acquireSlot<W extends string>(request: SlotRequest<W>): Pr
   const emit = (event: { type: ConcurrencyEvent['type'] } & Record<string, unknown>): void => {
     if (!request.onEvent) return;
     try {
-      request.onEvent({ limiter: limiter.name, workload, ...lineage, at: clock.now(), ...event } as ConcurrencyEvent);
+      request.onEvent({
+        limiter: limiter.name,
+        workload,
+        ...lineage,
+        at: clock.now(),
+        ...event,
+      } as ConcurrencyEvent);
     } catch {
       // A listener must not be able to break the slot lifecycle.
     }
@@ -85,6 +91,18 @@ export async function acquireSlot<W extends string>(request: SlotRequest<W>): Pr
   }
 
   const startedAt = clock.now();
+  if (request.timeoutMs !== undefined && request.timeoutMs <= 0) {
+    // The run's budget is spent: no limiter call, no provider call.
+    const failure = new ConcurrencyTimeoutError({
+      limiter: limiter.name,
+      workload,
+      ...lineage,
+      waitMs: 0,
+      timeoutMs: 0,
+    });
+    emit({ type: 'timed-out', waitMs: 0 });
+    throw failure;
+  }
   emit({
     type: 'wait-started',
     deadline: request.timeoutMs === undefined ? undefined : startedAt + request.timeoutMs,
@@ -92,7 +110,12 @@ export async function acquireSlot<W extends string>(request: SlotRequest<W>): Pr
 
   let lease: ConcurrencyLease<W>;
   try {
-    lease = await limiter.acquire({ workload: request.workload, signal, timeoutMs: request.timeoutMs, ...lineage });
+    lease = await limiter.acquire({
+      workload: request.workload,
+      signal,
+      timeoutMs: request.timeoutMs,
+      ...lineage,
+    });
   } catch (error) {
     const waitMs = clock.now() - startedAt;
     if (signal?.aborted && !(error instanceof ConcurrencyError)) {
@@ -190,7 +213,12 @@ class Slot<W extends string> implements HeldSlot<W> {
     const holdMs = this.clock.now() - this.acquiredAt;
     this.emit({ type: 'lease-lost', leaseId: this.#lease.id, holdMs });
     this.#controller.abort(
-      new ConcurrencyLeaseLostError({ limiter: this.limiter.name, ...this.context, leaseId: this.#lease.id, holdMs }),
+      new ConcurrencyLeaseLostError({
+        limiter: this.limiter.name,
+        ...this.context,
+        leaseId: this.#lease.id,
+        holdMs,
+      }),
     );
   }
 
@@ -211,7 +239,8 @@ class Slot<W extends string> implements HeldSlot<W> {
       this.emit({ type: 'release-failed', leaseId: lease.id, error: asError(error) });
       return;
     }
-    if (wasHeld) this.emit({ type: 'released', leaseId: lease.id, holdMs: this.clock.now() - this.acquiredAt, outcome });
+    if (wasHeld)
+      this.emit({ type: 'released', leaseId: lease.id, holdMs: this.clock.now() - this.acquiredAt, outcome });
   }
 }
 
@@ -220,7 +249,12 @@ function asError(error: unknown): Error {
 }
 
 /** Keeps the spec's error classes as they are (adding lineage); wraps anything else as a limiter failure. */
-function toConcurrencyError(error: unknown, limiter: string, workload: string, lineage: RequestLineage): ConcurrencyError {
+function toConcurrencyError(
+  error: unknown,
+  limiter: string,
+  workload: string,
+  lineage: RequestLineage,
+): ConcurrencyError {
   if (error instanceof ConcurrencyError) {
     for (const [key, value] of Object.entries(lineage)) {
       if (value !== undefined && (error as unknown as Record<string, unknown>)[key] === undefined) {

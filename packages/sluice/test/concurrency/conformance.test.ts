@@ -72,7 +72,9 @@ function leakingOnCancel(options: ConcurrencyLimiterOptions<string>): Concurrenc
   };
 }
 
-async function failingCases(createLimiter: (o: ConcurrencyLimiterOptions<string>) => ConcurrencyLimiter<string>) {
+async function failingCases(
+  createLimiter: (o: ConcurrencyLimiterOptions<string>) => ConcurrencyLimiter<string>,
+) {
   const cases = concurrencyConformanceCases({ createLimiter, leaseTtlMs: 150, shortWaitMs: 60 });
   // Each case has its own limiters, so they can run side by side. A broken limiter may leave
   // a case waiting forever; past the cap it counts as failed.
@@ -96,6 +98,10 @@ async function failingCases(createLimiter: (o: ConcurrencyLimiterOptions<string>
 }
 
 describe('conformance suite catches broken limiters', () => {
+  it('(control) the in-memory limiter passes with the same short timings', async () => {
+    expect(await failingCases((o) => createConcurrencyLimiter(o))).toEqual([]);
+  }, 60_000);
+
   it('a limiter that grants past the limit', async () => {
     const failed = await failingCases(overGranting);
     expect(failed).toContain('allocates atomically under many concurrent acquires');

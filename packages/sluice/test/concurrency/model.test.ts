@@ -1,0 +1,358 @@
+/**
+ * Model-based test: random sequences of acquire, cancel, time passing, renew and release run
+ * against the in-memory limiter and against a deliberately naive reference model written
+ * from the rules in the spec. After every step the two must agree on every request's fate and
+ * on the counts, and the limits must hold.
+ */
+import fc from 'fast-check';
+import { setImmediate as flush } from 'node:timers/promises';
+import { describe, expect, it } from 'vitest';
+import {
+  ConcurrencyConfigError,
+  ConcurrencyQueueFullError,
+  ConcurrencyTimeoutError,
+  ManualClock,
+  createConcurrencyLimiter,
+  type ConcurrencyLease,
+  type WorkloadOptions,
+} from 'sluice/concurrency';
+
+const TTL = 100;
+
+interface Config {
+  maxConcurrent: number;
+  maxQueued: number | undefined;
+  workloads: {
+    name: string;
+    options: Required<Pick<WorkloadOptions, 'maxConcurrent' | 'reserved' | 'priority'>> & {
+      maxWaitMs?: number;
+    };
+  }[];
+}
+
+type Op =
+  | { kind: 'acquire'; workload: number; timeoutMs: number | undefined; cancellable: boolean }
+  | { kind: 'cancel'; pick: number }
+  | { kind: 'advance'; ms: number }
+  | { kind: 'renew'; pick: number }
+  | { kind: 'release'; pick: number };
+
+const configArb: fc.Arbitrary<Config> = fc
+  .record({
+    maxConcurrent: fc.integer({ min: 1, max: 4 }),
+    maxQueued: fc.option(fc.integer({ min: 0, max: 4 }), { nil: undefined }),
+    workloads: fc.array(
+      fc.record({
+        ceiling: fc.integer({ min: 1, max: 4 }),
+        reserved: fc.integer({ min: 0, max: 2 }),
+        priority: fc.integer({ min: 0, max: 2 }),
+        maxWaitMs: fc.option(fc.integer({ min: 0, max: 250 }), { nil: undefined }),
+      }),
+      { minLength: 1, maxLength: 3 },
+    ),
+  })
+  .map(({ maxConcurrent, maxQueued, workloads }) => {
+    let reservable = maxConcurrent;
+    return {
+      maxConcurrent,
+      maxQueued,
+      workloads: workloads.map((w, i) => {
+        const ceiling = Math.min(w.ceiling, maxConcurrent);
+        const reserved = Math.min(w.reserved, ceiling, reservable);
+        reservable -= reserved;
+        const options = { maxConcurrent: ceiling, reserved, priority: w.priority };
+        return {
+          name: `w${i}`,
+          options: w.maxWaitMs === undefined ? options : { ...options, maxWaitMs: w.maxWaitMs },
+        };
+      }),
+    };
+  })
+  // A workload that reserves nothing when reservations take every slot is refused at creation.
+  .filter(
+    (c) =>
+      c.workloads.reduce((sum, w) => sum + w.options.reserved, 0) < c.maxConcurrent ||
+      c.workloads.every((w) => w.options.reserved > 0),
+  );
+
+const opArb: fc.Arbitrary<Op> = fc.oneof(
+  {
+    weight: 5,
+    arbitrary: fc.record({
+      kind: fc.constant('acquire' as const),
+      workload: fc.nat(2),
+      timeoutMs: fc.option(fc.integer({ min: -1, max: 300 }), { nil: undefined, freq: 2 }),
+      cancellable: fc.boolean(),
+    }),
+  },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('cancel' as const), pick: fc.nat() }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({ kind: fc.constant('advance' as const), ms: fc.integer({ min: 1, max: 120 }) }),
+  },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant('renew' as const), pick: fc.nat() }) },
+  { weight: 3, arbitrary: fc.record({ kind: fc.constant('release' as const), pick: fc.nat() }) },
+);
+
+type Fate = 'waiting' | 'granted' | 'timed-out' | 'cancelled' | 'queue-full';
+
+// ---- The reference model: arrays and loops, no cleverness. ----
+
+interface ModelRequest {
+  id: number;
+  workload: number;
+  fate: Fate;
+  deadline: number | undefined;
+  /** Set while granted and the lease has not expired or been released. */
+  leaseExpiresAt: number | undefined;
+  everGranted: boolean;
+}
+
+class Model {
+  now = 0;
+  requests: ModelRequest[] = [];
+  constructor(readonly config: Config) {}
+
+  active(w: number): number {
+    return this.requests.filter((r) => r.workload === w && r.leaseExpiresAt !== undefined).length;
+  }
+
+  /** A configuration is allowed when every limit holds and no reserved slot is used by another workload. */
+  allowed(active: number[]): boolean {
+    const { maxConcurrent, workloads } = this.config;
+    const total = active.reduce((a, b) => a + b, 0);
+    if (total > maxConcurrent) return false;
+    if (active.some((a, i) => a > workloads[i]!.options.maxConcurrent)) return false;
+    // Each workload occupies at least its reservation, whether it uses it or not.
+    const occupied = active.reduce((sum, a, i) => sum + Math.max(a, workloads[i]!.options.reserved), 0);
+    return occupied <= maxConcurrent;
+  }
+
+  canGrant(w: number): boolean {
+    const active = this.config.workloads.map((_, i) => this.active(i));
+    active[w]!++;
+    return this.allowed(active);
+  }
+
+  waiting(): ModelRequest[] {
+    return this.requests.filter((r) => r.fate === 'waiting');
+  }
+
+  grantAll(): void {
+    for (;;) {
+      const eligible = this.waiting().filter((r) => this.canGrant(r.workload));
+      if (eligible.length === 0) return;
+      // Highest priority first, then the longest waiter.
+      eligible.sort(
+        (a, b) =>
+          this.config.workloads[b.workload]!.options.priority -
+            this.config.workloads[a.workload]!.options.priority || a.id - b.id,
+      );
+      const winner = eligible[0]!;
+      winner.fate = 'granted';
+      winner.everGranted = true;
+      winner.leaseExpiresAt = this.now + TTL;
+    }
+  }
+
+  acquire(id: number, workload: number, timeoutMs: number | undefined): ModelRequest {
+    const w = this.config.workloads[workload]!;
+    const wait = [w.options.maxWaitMs, timeoutMs]
+      .filter((x) => x !== undefined)
+      .reduce((a, b) => Math.min(a, b), Infinity);
+    const r: ModelRequest = {
+      id,
+      workload,
+      fate: 'waiting',
+      deadline: undefined,
+      leaseExpiresAt: undefined,
+      everGranted: false,
+    };
+    this.requests.push(r);
+    if (timeoutMs !== undefined && timeoutMs <= 0) r.fate = 'timed-out';
+    else if (this.canGrant(workload)) {
+      r.fate = 'granted';
+      r.everGranted = true;
+      r.leaseExpiresAt = this.now + TTL;
+    } else if (this.config.maxQueued !== undefined && this.waiting().length - 1 >= this.config.maxQueued)
+      r.fate = 'queue-full';
+    else if (wait <= 0) r.fate = 'timed-out';
+    else r.deadline = wait === Infinity ? undefined : this.now + wait;
+    return r;
+  }
+
+  advance(ms: number): void {
+    const target = this.now + ms;
+    for (;;) {
+      const times = [
+        ...this.requests.filter((r) => r.leaseExpiresAt !== undefined).map((r) => r.leaseExpiresAt!),
+        ...this.waiting()
+          .filter((r) => r.deadline !== undefined)
+          .map((r) => r.deadline!),
+      ].filter((t) => t <= target);
+      if (times.length === 0) break;
+      this.now = Math.max(this.now, Math.min(...times));
+      for (const r of this.requests)
+        if (r.leaseExpiresAt !== undefined && r.leaseExpiresAt <= this.now) r.leaseExpiresAt = undefined;
+      for (const r of this.waiting())
+        if (r.deadline !== undefined && r.deadline <= this.now) r.fate = 'timed-out';
+      this.grantAll();
+    }
+    this.now = target;
+  }
+
+  renew(r: ModelRequest): boolean {
+    if (r.leaseExpiresAt === undefined || r.leaseExpiresAt <= this.now) return false;
+    r.leaseExpiresAt = this.now + TTL;
+    return true;
+  }
+
+  release(r: ModelRequest): void {
+    r.leaseExpiresAt = undefined;
+    this.grantAll();
+  }
+}
+
+// ---- The real limiter, observed from outside. ----
+
+interface RealRequest {
+  fate: Fate | 'other';
+  lease: ConcurrencyLease<string> | undefined;
+  controller: AbortController | undefined;
+}
+
+async function runScenario(config: Config, ops: Op[]): Promise<void> {
+  const clock = new ManualClock(0);
+  const limiter = createConcurrencyLimiter({
+    maxConcurrent: config.maxConcurrent,
+    maxQueued: config.maxQueued,
+    leaseTtlMs: TTL,
+    clock,
+    workloads: Object.fromEntries(config.workloads.map((w) => [w.name, w.options])),
+  });
+  const model = new Model(config);
+  const real: RealRequest[] = [];
+
+  for (const [step, op] of ops.entries()) {
+    const where = `step ${step} (${JSON.stringify(op)})`;
+    switch (op.kind) {
+      case 'acquire': {
+        const workload = op.workload % config.workloads.length;
+        const entry: RealRequest = {
+          fate: 'waiting',
+          lease: undefined,
+          controller: op.cancellable ? new AbortController() : undefined,
+        };
+        real.push(entry);
+        limiter
+          .acquire({
+            workload: config.workloads[workload]!.name,
+            timeoutMs: op.timeoutMs,
+            signal: entry.controller?.signal,
+          })
+          .then(
+            (lease) => {
+              entry.fate = 'granted';
+              entry.lease = lease;
+            },
+            (error: unknown) => {
+              if (error instanceof ConcurrencyTimeoutError) entry.fate = 'timed-out';
+              else if (error instanceof ConcurrencyQueueFullError) entry.fate = 'queue-full';
+              else if (error === entry.controller?.signal.reason) entry.fate = 'cancelled';
+              else entry.fate = 'other';
+            },
+          );
+        model.acquire(real.length - 1, workload, op.timeoutMs);
+        break;
+      }
+      case 'cancel': {
+        const waiting = model.requests.filter((r) => r.fate === 'waiting' && real[r.id]!.controller);
+        if (waiting.length === 0) break;
+        const target = waiting[op.pick % waiting.length]!;
+        real[target.id]!.controller!.abort(new Error('cancelled by test'));
+        target.fate = 'cancelled';
+        break;
+      }
+      case 'advance':
+        clock.advance(op.ms);
+        model.advance(op.ms);
+        break;
+      case 'renew':
+      case 'release': {
+        const granted = model.requests.filter((r) => r.everGranted);
+        if (granted.length === 0) break;
+        const target = granted[op.pick % granted.length]!;
+        const lease = real[target.id]!.lease;
+        expect(lease, `${where}: request ${target.id} should hold a lease object`).toBeDefined();
+        if (op.kind === 'renew') {
+          const renewed = await limiter.renew(lease!);
+          const expected = model.renew(target);
+          expect(renewed !== undefined, `${where}: renew of request ${target.id}`).toBe(expected);
+          if (renewed) {
+            expect(renewed.id).toBe(lease!.id);
+            expect(renewed.expiresAt).toBe(clock.now() + TTL);
+            real[target.id]!.lease = renewed;
+          }
+        } else {
+          await limiter.release(lease!);
+          model.release(target);
+        }
+        break;
+      }
+    }
+    await flush();
+
+    // Every request's fate matches the model.
+    for (const r of model.requests) {
+      expect(real[r.id]!.fate, `${where}: fate of request ${r.id}`).toBe(r.fate);
+      if (r.fate === 'granted') expect(real[r.id]!.lease!.workload).toBe(config.workloads[r.workload]!.name);
+    }
+    // The counts match, and the limits hold.
+    const stats = limiter.stats();
+    const active = config.workloads.map((_, i) => model.active(i));
+    expect(stats.active, `${where}: active`).toBe(active.reduce((a, b) => a + b, 0));
+    expect(stats.queued, `${where}: queued`).toBe(model.waiting().length);
+    for (const [i, w] of config.workloads.entries()) {
+      expect(stats.workloads[w.name], `${where}: workload ${w.name}`).toEqual({
+        active: active[i],
+        queued: model.waiting().filter((r) => r.workload === i).length,
+      });
+    }
+    expect(
+      model.allowed(config.workloads.map((w) => stats.workloads[w.name]!.active)),
+      `${where}: limits`,
+    ).toBe(true);
+    // No one waits while the rules would let them in.
+    for (const r of model.waiting())
+      expect(model.canGrant(r.workload), `${where}: ${r.id} starved`).toBe(false);
+  }
+
+  // Clean up: every slot back, nothing queued, no deadline timer left behind.
+  for (const r of real) r.controller?.abort(new Error('end'));
+  const released = new Set<RealRequest>();
+  for (let round = 0; round <= real.length; round++) {
+    for (const r of real) {
+      if (r.lease && !released.has(r)) {
+        released.add(r);
+        await limiter.release(r.lease);
+      }
+    }
+    await flush();
+  }
+  expect(limiter.stats()).toMatchObject({ active: 0, queued: 0 });
+}
+
+describe('in-memory limiter against a reference model', () => {
+  it('agrees with the model on random sequences of operations', async () => {
+    await fc.assert(
+      fc.asyncProperty(configArb, fc.array(opArb, { minLength: 1, maxLength: 60 }), runScenario),
+      { numRuns: 1500 },
+    );
+  });
+
+  it('rejects an unknown workload at runtime as well as at compile time', async () => {
+    const limiter = createConcurrencyLimiter({ maxConcurrent: 1, workloads: { a: {} } });
+    const name: string = 'b';
+    await expect(limiter.acquire({ workload: name as 'a' })).rejects.toBeInstanceOf(ConcurrencyConfigError);
+  });
+});

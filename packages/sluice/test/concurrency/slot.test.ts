@@ -1,0 +1,370 @@
+import { setImmediate as flush } from 'node:timers/promises';
+import { describe, expect, it } from 'vitest';
+import {
+  ConcurrencyConfigError,
+  ConcurrencyError,
+  ConcurrencyLeaseLostError,
+  ConcurrencyLimiterError,
+  ConcurrencyQueueFullError,
+  ConcurrencyTimeoutError,
+  ManualClock,
+  TurnError,
+  acquireSlot,
+  createConcurrencyLimiter,
+  type ConcurrencyEvent,
+  type ConcurrencyEventType,
+  type ConcurrencyLimiter,
+} from 'sluice/concurrency';
+
+const lineage = { runId: 'run-2', rootRunId: 'run-1', parentRunId: 'run-1', requestId: 'req-9' };
+
+function setup(options: { maxConcurrent?: number; maxQueued?: number; leaseTtlMs?: number } = {}) {
+  const clock = new ManualClock(1_000_000);
+  const limiter = createConcurrencyLimiter({
+    name: 'claude',
+    maxConcurrent: options.maxConcurrent ?? 1,
+    maxQueued: options.maxQueued,
+    leaseTtlMs: options.leaseTtlMs ?? 3000,
+    clock,
+    workloads: { interactive: { reserved: 0, priority: 10 }, background: {} },
+    defaultWorkload: 'background',
+  });
+  const events: ConcurrencyEvent[] = [];
+  const onEvent = (e: ConcurrencyEvent) => events.push(e);
+  return { clock, limiter, events, onEvent, types: () => events.map((e) => e.type) };
+}
+
+/** A limiter that fails on command, around a real one. */
+function faulty(
+  inner: ConcurrencyLimiter<string>,
+  faults: { acquire?: Error; renew?: Error; release?: Error },
+) {
+  const limiter: ConcurrencyLimiter<string> = {
+    name: inner.name,
+    acquire: (r) => (faults.acquire ? Promise.reject(faults.acquire) : inner.acquire(r)),
+    renew: (l) => (faults.renew ? Promise.reject(faults.renew) : inner.renew(l)),
+    release: (l) => (faults.release ? Promise.reject(faults.release) : inner.release(l)),
+  };
+  return limiter;
+}
+
+const common = {
+  limiter: 'claude',
+  workload: 'interactive',
+  ...lineage,
+};
+
+describe('slot lifecycle and events', () => {
+  it('wait-started, acquired and released carry every field', async () => {
+    const { clock, limiter, events, onEvent } = setup();
+    const slot = await acquireSlot({
+      limiter,
+      workload: 'interactive',
+      timeoutMs: 5000,
+      clock,
+      onEvent,
+      ...lineage,
+    });
+    clock.advance(250);
+    await slot.release('completed');
+    await slot.release('failed'); // idempotent: no second event
+    expect(events).toEqual([
+      { type: 'wait-started', ...common, at: 1_000_000, deadline: 1_005_000 },
+      { type: 'acquired', ...common, at: 1_000_000, leaseId: slot.lease.id, waitMs: 0 },
+      {
+        type: 'released',
+        ...common,
+        at: 1_000_250,
+        leaseId: slot.lease.id,
+        holdMs: 250,
+        outcome: 'completed',
+      },
+    ]);
+    expect(limiter.stats().active).toBe(0);
+  });
+
+  it('measures the wait of a queued request', async () => {
+    const { clock, limiter, events, onEvent } = setup();
+    const first = await acquireSlot({ limiter, clock });
+    const second = acquireSlot({ limiter, workload: 'interactive', clock, onEvent, ...lineage });
+    clock.advance(700);
+    await first.release();
+    const slot = await second;
+    expect(events.at(-1)).toEqual({
+      type: 'acquired',
+      ...common,
+      at: 1_000_700,
+      leaseId: slot.lease.id,
+      waitMs: 700,
+    });
+    await slot.release('cancelled');
+    expect(events.at(-1)).toMatchObject({ type: 'released', outcome: 'cancelled', holdMs: 0 });
+  });
+
+  it('renews while held, so the slot survives many ttls', async () => {
+    const { clock, limiter, onEvent, types } = setup({ leaseTtlMs: 3000 });
+    const slot = await acquireSlot({ limiter, clock, onEvent });
+    const rival = acquireSlot({ limiter, clock, timeoutMs: 20_000 }).catch((e: unknown) => e);
+    for (let t = 0; t < 15_000; t += 500) {
+      clock.advance(500);
+      await flush();
+    }
+    expect(slot.signal.aborted).toBe(false);
+    expect(slot.lease.expiresAt).toBeGreaterThan(clock.now());
+    expect(limiter.stats()).toMatchObject({ active: 1, queued: 1 });
+    await slot.release();
+    const next = await rival;
+    expect(next).not.toBeInstanceOf(Error);
+    expect(types()).toEqual(['wait-started', 'acquired', 'released']);
+  });
+
+  it('renewal-failed, then lease-lost and an aborted signal when renewal keeps failing', async () => {
+    const { clock, limiter, events, onEvent, types } = setup({ leaseTtlMs: 3000 });
+    const failure = new Error('connection reset');
+    const flaky = faulty(limiter, { renew: failure });
+    const slot = await acquireSlot({ limiter: flaky, workload: 'interactive', clock, onEvent, ...lineage });
+    clock.advance(1000);
+    await flush();
+    expect(events.at(-1)).toEqual({
+      type: 'renewal-failed',
+      ...common,
+      at: 1_001_000,
+      leaseId: slot.lease.id,
+      error: failure,
+    });
+    expect(slot.signal.aborted).toBe(false);
+    clock.advance(1000);
+    await flush();
+    // The next try would come after expiry: the request is stopped now.
+    expect(types()).toEqual(['wait-started', 'acquired', 'renewal-failed', 'renewal-failed', 'lease-lost']);
+    expect(events.at(-1)).toEqual({
+      type: 'lease-lost',
+      ...common,
+      at: 1_002_000,
+      leaseId: slot.lease.id,
+      holdMs: 2000,
+    });
+    const reason = slot.signal.reason as ConcurrencyLeaseLostError;
+    expect(reason).toBeInstanceOf(ConcurrencyLeaseLostError);
+    expect(reason).toMatchObject({ ...common, leaseId: slot.lease.id, holdMs: 2000 });
+    await slot.release('failed');
+    expect(types().at(-1)).toBe('lease-lost');
+  });
+
+  it('lease-lost when the limiter no longer holds the lease', async () => {
+    const { clock, limiter, onEvent, types } = setup();
+    const slot = await acquireSlot({ limiter, clock, onEvent });
+    await limiter.release(slot.lease); // taken away behind the slot's back
+    clock.advance(1000);
+    await flush();
+    expect(types()).toEqual(['wait-started', 'acquired', 'lease-lost']);
+    expect(slot.signal.reason).toBeInstanceOf(ConcurrencyLeaseLostError);
+  });
+
+  it('release-failed when the limiter cannot take the slot back; release still resolves', async () => {
+    const { clock, limiter, events, onEvent } = setup();
+    const failure = new Error('database gone');
+    const slot = await acquireSlot({
+      limiter: faulty(limiter, { release: failure }),
+      workload: 'interactive',
+      clock,
+      onEvent,
+      ...lineage,
+    });
+    await expect(slot.release()).resolves.toBeUndefined();
+    expect(events.at(-1)).toEqual({
+      type: 'release-failed',
+      ...common,
+      at: 1_000_000,
+      leaseId: slot.lease.id,
+      error: failure,
+    });
+  });
+
+  it('timed-out with the wait, and ConcurrencyTimeoutError with every field', async () => {
+    const { clock, limiter, events, onEvent } = setup();
+    const holder = await acquireSlot({ limiter, clock });
+    const pending = acquireSlot({
+      limiter,
+      workload: 'interactive',
+      timeoutMs: 400,
+      clock,
+      onEvent,
+      ...lineage,
+    }).catch((e: unknown) => e);
+    clock.advance(400);
+    const error = await pending;
+    expect(error).toBeInstanceOf(ConcurrencyTimeoutError);
+    expect(error).toMatchObject({ ...common, waitMs: 400, timeoutMs: 400 });
+    expect(events.at(-1)).toEqual({ type: 'timed-out', ...common, at: 1_000_400, waitMs: 400 });
+    await holder.release();
+  });
+
+  it('queue-full, and ConcurrencyQueueFullError with every field', async () => {
+    const { clock, limiter, events, onEvent } = setup({ maxQueued: 0 });
+    const holder = await acquireSlot({ limiter, clock });
+    const error = await acquireSlot({ limiter, workload: 'interactive', clock, onEvent, ...lineage }).catch(
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(ConcurrencyQueueFullError);
+    expect(error).toMatchObject({ ...common, maxQueued: 0, queued: 0 });
+    expect(events.at(-1)).toEqual({ type: 'queue-full', ...common, at: 1_000_000, waitMs: 0 });
+    await holder.release();
+  });
+
+  it('wait-cancelled, rejecting with the signal reason', async () => {
+    const { clock, limiter, events, onEvent } = setup();
+    const holder = await acquireSlot({ limiter, clock });
+    const controller = new AbortController();
+    const pending = acquireSlot({
+      limiter,
+      workload: 'interactive',
+      signal: controller.signal,
+      clock,
+      onEvent,
+      ...lineage,
+    }).catch((e: unknown) => e);
+    clock.advance(50);
+    const reason = new Error('user closed the tab');
+    controller.abort(reason);
+    expect(await pending).toBe(reason);
+    expect(events.at(-1)).toEqual({ type: 'wait-cancelled', ...common, at: 1_000_050, waitMs: 50 });
+    expect(limiter.stats()).toMatchObject({ active: 1, queued: 0 });
+    await holder.release();
+  });
+
+  it('a slot granted at the moment of cancellation goes straight back', async () => {
+    const { clock, limiter, onEvent, types } = setup();
+    const holder = await acquireSlot({ limiter, clock });
+    const controller = new AbortController();
+    const pending = acquireSlot({ limiter, signal: controller.signal, clock, onEvent }).catch(
+      (e: unknown) => e,
+    );
+    await flush();
+    // Same tick: the limiter grants (synchronously), then the caller cancels.
+    void holder.release();
+    controller.abort(new Error('too late'));
+    expect(await pending).toBe(controller.signal.reason);
+    expect(types()).toEqual(['wait-started', 'wait-cancelled']);
+    expect(limiter.stats()).toMatchObject({ active: 0, queued: 0 });
+  });
+
+  it('limiter-error wraps an unexpected failure as ConcurrencyLimiterError with its cause', async () => {
+    const { clock, limiter, events, onEvent } = setup();
+    const failure = new Error('ECONNREFUSED 127.0.0.1:5432');
+    const error = await acquireSlot({
+      limiter: faulty(limiter, { acquire: failure }),
+      workload: 'interactive',
+      clock,
+      onEvent,
+      ...lineage,
+    }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ConcurrencyLimiterError);
+    expect(error).toMatchObject({
+      ...common,
+      message: 'Limiter `claude` failed: ECONNREFUSED 127.0.0.1:5432',
+    });
+    expect((error as Error).cause).toBe(failure);
+    expect(events.at(-1)).toEqual({ type: 'limiter-error', ...common, at: 1_000_000, waitMs: 0, error });
+  });
+
+  it('config-error for an unknown workload, before any wait', async () => {
+    const { clock, limiter, events, onEvent } = setup();
+    const error = await acquireSlot({
+      limiter,
+      workload: 'batch' as 'background',
+      clock,
+      onEvent,
+      ...lineage,
+    }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ConcurrencyConfigError);
+    expect(error).toMatchObject({
+      limiter: 'claude',
+      workload: 'batch',
+      field: 'workload',
+      value: 'batch',
+      ...lineage,
+    });
+    expect(events).toEqual([{ type: 'config-error', ...common, workload: 'batch', at: 1_000_000, error }]);
+  });
+
+  it('a listener that throws cannot break the lifecycle', async () => {
+    const { clock, limiter } = setup();
+    const slot = await acquireSlot({
+      limiter,
+      clock,
+      onEvent: () => {
+        throw new Error('bad listener');
+      },
+    });
+    await slot.release();
+    expect(limiter.stats().active).toBe(0);
+  });
+
+  it('covers every event type', () => {
+    // Keeps this file honest: a new event type must get a test above.
+    const tested: ConcurrencyEventType[] = [
+      'wait-started',
+      'acquired',
+      'timed-out',
+      'queue-full',
+      'wait-cancelled',
+      'limiter-error',
+      'config-error',
+      'released',
+      'renewal-failed',
+      'lease-lost',
+      'release-failed',
+    ];
+    expect(new Set(tested).size).toBe(11);
+  });
+});
+
+describe('error classes', () => {
+  it.each([
+    [
+      'ConcurrencyTimeoutError',
+      new ConcurrencyTimeoutError({ ...common, waitMs: 5, timeoutMs: 5 }),
+      { waitMs: 5, timeoutMs: 5 },
+    ],
+    [
+      'ConcurrencyQueueFullError',
+      new ConcurrencyQueueFullError({ ...common, maxQueued: 3, queued: 3 }),
+      { maxQueued: 3, queued: 3 },
+    ],
+    [
+      'ConcurrencyLimiterError',
+      new ConcurrencyLimiterError('db down', { ...common, cause: 'x' }),
+      { cause: 'x' },
+    ],
+    [
+      'ConcurrencyConfigError',
+      new ConcurrencyConfigError('bad', { ...common, field: 'f', value: 1 }),
+      { field: 'f', value: 1 },
+    ],
+    [
+      'ConcurrencyLeaseLostError',
+      new ConcurrencyLeaseLostError({ ...common, leaseId: 'l', holdMs: 9 }),
+      { leaseId: 'l', holdMs: 9 },
+    ],
+    [
+      'TurnError',
+      new TurnError('HTTP 500', { ...common, status: 500, retryable: true }),
+      { status: 500, retryable: true },
+    ],
+  ])('%s extends ConcurrencyError and carries its fields', (name, error, extra) => {
+    expect(error).toBeInstanceOf(ConcurrencyError);
+    expect(error).toBeInstanceOf(Error);
+    expect(error.name).toBe(name);
+    expect(error).toMatchObject({ ...common, ...extra });
+  });
+
+  it('messages carry the numbers', () => {
+    expect(new ConcurrencyTimeoutError({ ...common, waitMs: 120, timeoutMs: 120 }).message).toBe(
+      'No slot of limiter `claude` (workload `interactive`) within 120 ms; waited 120 ms',
+    );
+    expect(new ConcurrencyLeaseLostError({ ...common, leaseId: 'abc', holdMs: 31_000 }).message).toBe(
+      'Lease `abc` of limiter `claude` was lost after 31000 ms; the request was aborted',
+    );
+  });
+});
