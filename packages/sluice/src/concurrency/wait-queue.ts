@@ -41,14 +41,17 @@ export class WaitQueue<N extends QueueNode<N>> implements Iterable<N> {
   }
 
   [Symbol.iterator](): Iterator<N> {
-    let current = this.#head;
-    return {
-      next(): IteratorResult<N> {
-        const node = current;
-        if (node === undefined) return { done: true, value: undefined };
-        current = node.next;
-        return { done: false, value: node };
-      },
-    };
+    return new QueueIterator(this.#head);
+  }
+}
+
+class QueueIterator<N extends QueueNode<N>> implements Iterator<N> {
+  constructor(private current: N | undefined) {}
+
+  next(): IteratorResult<N> {
+    const node = this.current;
+    if (node === undefined) return { done: true, value: undefined };
+    this.current = node.next;
+    return { done: false, value: node };
   }
 }

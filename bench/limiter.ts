@@ -1,0 +1,149 @@
+/**
+ * Cost of one grant (acquire + release) with N requests already waiting, for the Sluice
+ * in-memory limiter and two well-known peers doing the same work in the same process:
+ *
+ * - p-queue with priorities (three priority levels, like three workloads);
+ * - p-limit (first in, first out, no priorities).
+ *
+ * Each round holds the only slot, fills the queue to the depth, then lets go: every granted
+ * request adds one new request (so the depth stays put) and gives its slot back. The three
+ * levels are taken in turn, so a priority queue has to insert in the middle.
+ *
+ * Run: npm run bench:limiter   (add -- --quick for a short run)
+ */
+import { performance } from 'node:perf_hooks';
+import pLimit from 'p-limit';
+import PQueue from 'p-queue';
+import { createConcurrencyLimiter, type ConcurrencyLease } from 'sluice/concurrency';
+
+const quick = process.argv.includes('--quick');
+const depths = [1, 1_000, 100_000];
+const grants = quick ? 20_000 : 100_000;
+const repeats = quick ? 3 : 7;
+const levels = ['high', 'mid', 'low'] as const;
+const priorities = { high: 2, mid: 1, low: 0 } as const;
+
+type Runner = (depth: number, grants: number) => Promise<number>;
+
+const sluice: Runner = async (depth, total) => {
+  const limiter = createConcurrencyLimiter({
+    maxConcurrent: 1,
+    workloads: { high: { priority: 2 }, mid: { priority: 1 }, low: {} },
+    defaultWorkload: 'low',
+  });
+  let k = 0;
+  let done = 0;
+  let finish!: () => void;
+  const finished = new Promise<void>((resolve) => (finish = resolve));
+  const onGrant = (lease: ConcurrencyLease<string>) => {
+    if (++done === total) return finish();
+    enqueue();
+    void limiter.release(lease);
+  };
+  const enqueue = () => void limiter.acquire({ workload: levels[k++ % 3] }).then(onGrant);
+  const holder = await limiter.acquire();
+  for (let i = 0; i < depth; i++) enqueue();
+  const start = performance.now();
+  void limiter.release(holder);
+  await finished;
+  return performance.now() - start;
+};
+
+const pQueue: Runner = async (depth, total) => {
+  const queue = new PQueue({ concurrency: 1, autoStart: false });
+  let k = 0;
+  let done = 0;
+  let finish!: () => void;
+  const finished = new Promise<void>((resolve) => (finish = resolve));
+  const task = async () => {
+    if (++done === total) {
+      queue.pause();
+      return finish();
+    }
+    enqueue();
+  };
+  const enqueue = () => void queue.add(task, { priority: priorities[levels[k++ % 3]!] });
+  for (let i = 0; i < depth; i++) enqueue();
+  const start = performance.now();
+  queue.start();
+  await finished;
+  const elapsed = performance.now() - start;
+  queue.clear();
+  return elapsed;
+};
+
+const pLimitRunner: Runner = async (depth, total) => {
+  const limit = pLimit(1);
+  let done = 0;
+  let stopped = false;
+  let finish!: () => void;
+  const finished = new Promise<void>((resolve) => (finish = resolve));
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  const task = async () => {
+    if (stopped) return;
+    if (++done === total) {
+      stopped = true;
+      limit.clearQueue();
+      return finish();
+    }
+    enqueue();
+  };
+  const enqueue = () => void limit(task);
+  void limit(() => gate); // holds the only slot while the queue fills
+  for (let i = 0; i < depth; i++) enqueue();
+  const start = performance.now();
+  release();
+  await finished;
+  return performance.now() - start;
+};
+
+const runners: [string, Runner][] = [
+  ['sluice (3 workloads, priorities)', sluice],
+  ['p-queue 9.3.5 (3 priorities)', pQueue],
+  ['p-limit 7.3.3 (FIFO, no priorities)', pLimitRunner],
+];
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)]!;
+}
+
+const gc = (globalThis as { gc?: () => void }).gc;
+const results = new Map<string, Map<number, number>>();
+for (const [name] of runners) results.set(name, new Map());
+
+// Warm up every runner, then measure round-robin so that machine noise falls on all alike.
+for (const [, run] of runners) await run(1_000, 20_000);
+for (const depth of depths) {
+  const samples = new Map<string, number[]>(runners.map(([name]) => [name, []]));
+  for (let r = 0; r < repeats; r++) {
+    for (const [name, run] of runners) {
+      gc?.();
+      const ms = await run(depth, grants);
+      samples.get(name)!.push((ms * 1e6) / grants);
+    }
+  }
+  for (const [name] of runners) results.get(name)!.set(depth, median(samples.get(name)!));
+}
+
+const fmt = (ns: number) => `${ns.toFixed(0)} ns`;
+console.log(`\nCost of one grant (acquire + release), median of ${repeats} runs of ${grants.toLocaleString('en')} grants`);
+console.log(`node ${process.version}, ${new Date().toISOString().slice(0, 10)}\n`);
+const header = ['limiter', ...depths.map((d) => `${d.toLocaleString('en')} waiting`), '100k / 1k'];
+const rows = runners.map(([name]) => {
+  const r = results.get(name)!;
+  return [name, ...depths.map((d) => fmt(r.get(d)!)), `${(r.get(100_000)! / r.get(1_000)!).toFixed(2)}x`];
+});
+const base = results.get(runners[1]![0])!;
+const mine = results.get(runners[0]![0])!;
+rows.push([
+  'sluice / p-queue',
+  ...depths.map((d) => `${(mine.get(d)! / base.get(d)!).toFixed(2)}x`),
+  '',
+]);
+const widths = header.map((_, i) => Math.max(...[header, ...rows].map((row) => row[i]!.length)));
+const line = (row: string[]) => `| ${row.map((cell, i) => cell.padEnd(widths[i]!)).join(' | ')} |`;
+console.log(line(header));
+console.log(`|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`);
+for (const row of rows) console.log(line(row));
