@@ -128,7 +128,9 @@ for (const depth of depths) {
 }
 
 const fmt = (ns: number) => `${ns.toFixed(0)} ns`;
-console.log(`\nCost of one grant (acquire + release), median of ${repeats} runs of ${grants.toLocaleString('en')} grants`);
+console.log(
+  `\nCost of one grant (acquire + release), median of ${repeats} runs of ${grants.toLocaleString('en')} grants`,
+);
 console.log(`node ${process.version}, ${new Date().toISOString().slice(0, 10)}\n`);
 const header = ['limiter', ...depths.map((d) => `${d.toLocaleString('en')} waiting`), '100k / 1k'];
 const rows = runners.map(([name]) => {
@@ -137,11 +139,7 @@ const rows = runners.map(([name]) => {
 });
 const base = results.get(runners[1]![0])!;
 const mine = results.get(runners[0]![0])!;
-rows.push([
-  'sluice / p-queue',
-  ...depths.map((d) => `${(mine.get(d)! / base.get(d)!).toFixed(2)}x`),
-  '',
-]);
+rows.push(['sluice / p-queue', ...depths.map((d) => `${(mine.get(d)! / base.get(d)!).toFixed(2)}x`), '']);
 const widths = header.map((_, i) => Math.max(...[header, ...rows].map((row) => row[i]!.length)));
 const line = (row: string[]) => `| ${row.map((cell, i) => cell.padEnd(widths[i]!)).join(' | ')} |`;
 console.log(line(header));

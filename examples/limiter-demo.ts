@@ -69,7 +69,10 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoSummary> {
   // An agent: a few turns, with "tool" time between them (no slot held while tools run).
   const agent = async (workload: 'interactive' | 'background', turns: number) => {
     for (let t = 0; t < turns; t++) {
-      await request(workload, workload === 'interactive' ? 150 + Math.random() * 250 : 400 + Math.random() * 600);
+      await request(
+        workload,
+        workload === 'interactive' ? 150 + Math.random() * 250 : 400 + Math.random() * 600,
+      );
       await sleep(50 * speed);
     }
   };
