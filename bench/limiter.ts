@@ -35,7 +35,7 @@ const sluice: Runner = async (depth, total) => {
   let done = 0;
   let finish!: () => void;
   const finished = new Promise<void>((resolve) => (finish = resolve));
-  const onGrant = (lease: ConcurrencyLease<string>) => {
+  const onGrant = (lease: ConcurrencyLease<(typeof levels)[number]>) => {
     if (++done === total) return finish();
     enqueue();
     void limiter.release(lease);

@@ -241,9 +241,8 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
 
   #expire(waiter: Waiter<W>, now: number): void {
     this.#dequeue(waiter);
-    waiter.reject(
-      this.#timeoutError(waiter.workload, waiter.request, now - waiter.enqueuedAt, waiter.timeoutMs ?? 0),
-    );
+    const waitMs = now - (waiter.enqueuedAt ?? now);
+    waiter.reject(this.#timeoutError(waiter.workload, waiter.request, waitMs, waiter.timeoutMs ?? 0));
   }
 
   #timeoutError(
