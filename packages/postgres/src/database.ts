@@ -1,0 +1,165 @@
+/**
+ * The one small query interface the PostgreSQL limiter needs, with adapters for
+ * node-postgres (`pg.Pool`) and embedded PGlite.
+ */
+
+export interface QueryResult<R> {
+  rows: R[];
+}
+
+export interface SqlClient {
+  query<R = Record<string, unknown>>(text: string, params?: unknown[]): Promise<QueryResult<R>>;
+}
+
+export interface Notification {
+  channel: string;
+  payload: string;
+}
+
+/** A dedicated LISTEN session. `onLost` fires once when the session breaks. */
+export interface ListenSession {
+  close(): Promise<void>;
+}
+
+export interface Database extends SqlClient {
+  /** Runs `body` in one READ COMMITTED transaction on one connection. */
+  transaction<T>(body: (tx: SqlClient) => Promise<T>): Promise<T>;
+  /**
+   * Opens a session that receives NOTIFY on `channel`. Optional: without it, polling alone
+   * keeps the limiter correct, only slower to hand slots on.
+   */
+  listen?(
+    channel: string,
+    onNotify: (payload: string) => void,
+    onLost: (error: unknown) => void,
+  ): Promise<ListenSession>;
+}
+
+// Structural types, so neither driver is a hard dependency.
+interface PgPoolLike {
+  query(text: string, params?: unknown[]): Promise<{ rows: unknown[] }>;
+  connect(): Promise<PgPoolClientLike>;
+  options?: object;
+  totalCount?: number;
+}
+interface PgPoolClientLike {
+  query(text: string, params?: unknown[]): Promise<{ rows: unknown[] }>;
+  release(error?: Error | boolean): void;
+}
+interface PgClientLike {
+  connect(): Promise<unknown>;
+  query(text: string): Promise<unknown>;
+  end(): Promise<void>;
+  on(event: 'notification', listener: (n: { channel: string; payload?: string }) => void): unknown;
+  on(event: 'error' | 'end', listener: (error?: unknown) => void): unknown;
+}
+interface PGliteLike {
+  query<R>(text: string, params?: unknown[]): Promise<{ rows: R[] }>;
+  transaction<T>(
+    body: (tx: { query<R>(text: string, params?: unknown[]): Promise<{ rows: R[] }> }) => Promise<T>,
+  ): Promise<T>;
+  listen(channel: string, callback: (payload: string) => void): Promise<() => Promise<void>>;
+  waitReady?: Promise<void>;
+}
+
+export type DatabaseInput = Database | PgPoolLike | PGliteLike;
+
+function isPGlite(db: object): db is PGliteLike {
+  return (
+    typeof (db as PGliteLike).listen === 'function' && typeof (db as PGliteLike).transaction === 'function'
+  );
+}
+
+function isPgPool(db: object): db is PgPoolLike {
+  return typeof (db as PgPoolLike).connect === 'function' && 'totalCount' in db;
+}
+
+function isDatabase(db: object): db is Database {
+  return typeof (db as Database).transaction === 'function' && typeof (db as Database).query === 'function';
+}
+
+/** Wraps a `pg.Pool`, a PGlite instance or a ready-made `Database`. */
+export function toDatabase(db: DatabaseInput): Database {
+  if (isPGlite(db)) return fromPGlite(db);
+  if (isPgPool(db)) return fromPgPool(db);
+  if (isDatabase(db)) return db;
+  throw new TypeError('Expected `db` to be a pg.Pool, a PGlite instance or a Database, got ' + typeof db);
+}
+
+function quoteIdent(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
+}
+
+export function fromPgPool(pool: PgPoolLike): Database {
+  return {
+    query: async <R>(text: string, params?: unknown[]) => (await pool.query(text, params)) as QueryResult<R>,
+    async transaction<T>(body: (tx: SqlClient) => Promise<T>): Promise<T> {
+      const client = await pool.connect();
+      let broken: Error | undefined;
+      try {
+        // Stated explicitly: allocation reads must see rows committed before the row lock
+        // was granted, which an older (REPEATABLE READ) snapshot would not.
+        await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
+        const tx: SqlClient = {
+          query: async <R>(text: string, params?: unknown[]) =>
+            (await client.query(text, params)) as QueryResult<R>,
+        };
+        const result = await body(tx);
+        await client.query('COMMIT');
+        return result;
+      } catch (error) {
+        try {
+          await client.query('ROLLBACK');
+        } catch (rollbackError) {
+          broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
+        }
+        throw error;
+      } finally {
+        client.release(broken);
+      }
+    },
+    async listen(channel, onNotify, onLost) {
+      // LISTEN needs a session of its own, outside the pool (and outside any transaction pooler).
+      const pg = (await import('pg')).default;
+      const client = new pg.Client(
+        pool.options as ConstructorParameters<typeof pg.Client>[0],
+      ) as unknown as PgClientLike;
+      let closed = false;
+      let lost = false;
+      const lose = (error: unknown) => {
+        if (closed || lost) return;
+        lost = true;
+        onLost(error);
+        client.end().catch(() => undefined);
+      };
+      client.on('error', lose);
+      client.on('end', () => lose(new Error('LISTEN connection ended')));
+      client.on('notification', (n) => {
+        if (n.channel === channel && n.payload !== undefined) onNotify(n.payload);
+      });
+      await client.connect();
+      await client.query(`LISTEN ${quoteIdent(channel)}`);
+      return {
+        async close() {
+          closed = true;
+          await client.end().catch(() => undefined);
+        },
+      };
+    },
+  };
+}
+
+export function fromPGlite(db: PGliteLike): Database {
+  return {
+    query: (text, params) => db.query(text, params),
+    transaction: (body) =>
+      db.transaction(async (tx) => {
+        await tx.query('SET TRANSACTION ISOLATION LEVEL READ COMMITTED');
+        return body({ query: (text, params) => tx.query(text, params) });
+      }),
+    async listen(channel, onNotify) {
+      const unlisten = await db.listen(channel, onNotify);
+      return { close: () => unlisten() };
+    },
+  };
+}

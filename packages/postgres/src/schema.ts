@@ -1,0 +1,50 @@
+import { readFileSync } from 'node:fs';
+import type { Database } from './database.js';
+
+export const defaultSchema = 'sluice';
+
+const schemaFile = new URL('../sql/001_concurrency.sql', import.meta.url);
+
+export function quoteIdent(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
+}
+
+/**
+ * The DDL of the limiter's tables, for a migration tool when the role that runs the
+ * workers may not create tables (then pass `ensureSchema: false`).
+ *
+ * @example
+ * await migrationClient.query(postgresConcurrencySchemaSql({ schema: 'sluice' }));
+ */
+export function postgresConcurrencySchemaSql(options: { schema?: string } = {}): string {
+  return readFileSync(schemaFile, 'utf8').replaceAll(
+    '__SCHEMA__',
+    quoteIdent(options.schema ?? defaultSchema),
+  );
+}
+
+/** The DDL, one statement at a time (drivers differ on multi-statement queries). */
+function statements(sql: string): string[] {
+  return sql
+    .split(/;\s*\n/)
+    .map((s) => s.replace(/^\s*--.*$/gm, '').trim())
+    .filter((s) => s.length > 0);
+}
+
+/**
+ * Creates the tables unless they exist. Many workers may start at once on a fresh
+ * database: CREATE ... IF NOT EXISTS alone still races on the catalog, so creation runs
+ * under a transaction-scoped advisory lock.
+ */
+export async function ensureSchema(db: Database, schema: string): Promise<void> {
+  const table = `${quoteIdent(schema)}.concurrency_waiters`;
+  const exists = async (q: Database | { query: Database['query'] }) =>
+    (await q.query<{ t: string | null }>('SELECT to_regclass($1::text)::text AS t', [table])).rows[0]?.t !=
+    null;
+  if (await exists(db)) return;
+  await db.transaction(async (tx) => {
+    await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [`sluice:schema:${schema}`]);
+    if (await exists(tx)) return;
+    for (const statement of statements(postgresConcurrencySchemaSql({ schema }))) await tx.query(statement);
+  });
+}
