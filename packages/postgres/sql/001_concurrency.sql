@@ -29,6 +29,8 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.concurrency_leases (
   owner        text NOT NULL,
   offered      boolean NOT NULL DEFAULT false,
   waiter_id    uuid,
+  -- Arrival number of the request the slot went to: grants and queue order can be compared.
+  waiter_seq   bigint,
   acquired_at  timestamptz NOT NULL,
   expires_at   timestamptz NOT NULL
 );
@@ -52,3 +54,120 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.concurrency_waiters (
 );
 CREATE INDEX IF NOT EXISTS concurrency_waiters_queue
   ON __SCHEMA__.concurrency_waiters (limiter, workload, seq);
+
+-- One allocation pass, first half: take the limiter's row lock, apply the caller's change,
+-- sweep what has lapsed, and return the state the shared allocation rules need. Runs inside
+-- the caller's transaction, which then writes the grants with concurrency_grant and commits.
+-- A function rather than separate statements: one round trip while the lock is held, and
+-- plans cached by PL/pgSQL, without named prepared statements (no session state, so
+-- transaction-mode poolers work).
+--   p_op: 'enqueue' (p_id, p_workload, p_owner, p_timeout_ms), 'release' (p_id = lease),
+--         'cancel' (p_id = waiter), 'heartbeat' (p_ids = waiters of the caller), 'none'.
+CREATE OR REPLACE FUNCTION __SCHEMA__.concurrency_pass(
+  p_limiter text, p_op text, p_id uuid, p_ids uuid[], p_workload text, p_owner text,
+  p_timeout_ms float8, p_entry_ttl_ms float8, p_heads int, p_lease_ttl_ms float8)
+RETURNS TABLE (kind text, workload text, n int, id text, owner text, seq float8,
+  fence float8, waiter_id text, acquired_at float8, expires_at float8)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+  v_limits jsonb;
+  v_now timestamptz;
+BEGIN
+  SELECT l.limits INTO v_limits FROM __SCHEMA__.concurrency_limiters l WHERE l.name = p_limiter FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN;
+  END IF;
+  -- Read after the lock: now() is the transaction's start, stale after a lock wait.
+  v_now := clock_timestamp();
+
+  IF p_op = 'enqueue' THEN
+    INSERT INTO __SCHEMA__.concurrency_waiters (id, limiter, workload, seq, owner, enqueued_at, deadline, heartbeat_at)
+    VALUES (p_id, p_limiter, p_workload, nextval('__SCHEMA__.concurrency_arrival'), p_owner, v_now,
+      v_now + p_timeout_ms * interval '1 millisecond', v_now);
+  ELSIF p_op = 'release' THEN
+    DELETE FROM __SCHEMA__.concurrency_leases WHERE id = p_id AND limiter = p_limiter;
+  ELSIF p_op = 'cancel' THEN
+    -- Leaves the queue, and gives back any slot offered or granted but not yet taken.
+    DELETE FROM __SCHEMA__.concurrency_waiters WHERE id = p_id;
+    DELETE FROM __SCHEMA__.concurrency_leases WHERE waiter_id = p_id;
+  ELSIF p_op = 'heartbeat' THEN
+    RETURN QUERY
+      WITH hb AS (UPDATE __SCHEMA__.concurrency_waiters SET heartbeat_at = v_now
+                  WHERE id = ANY(p_ids) RETURNING id)
+      SELECT 'present', NULL::text, NULL::int, hb.id::text, NULL::text, NULL::float8,
+        NULL::float8, NULL::text, NULL::float8, NULL::float8 FROM hb;
+    -- Offers made to these waiters whose notification went astray: take them now.
+    RETURN QUERY
+      WITH c AS (UPDATE __SCHEMA__.concurrency_leases
+                 SET offered = false, expires_at = v_now + p_lease_ttl_ms * interval '1 millisecond'
+                 WHERE waiter_id = ANY(p_ids) AND offered AND expires_at > v_now
+                 RETURNING *)
+      SELECT 'claimed', c.workload, NULL::int, c.id::text, c.owner, c.waiter_seq::float8, c.fence::float8,
+        c.waiter_id::text, (extract(epoch FROM c.acquired_at) * 1000)::float8,
+        (extract(epoch FROM c.expires_at) * 1000)::float8 FROM c;
+  END IF;
+
+  DELETE FROM __SCHEMA__.concurrency_leases WHERE limiter = p_limiter AND expires_at <= v_now;
+  DELETE FROM __SCHEMA__.concurrency_waiters WHERE limiter = p_limiter
+    AND (heartbeat_at <= v_now - p_entry_ttl_ms * interval '1 millisecond' OR deadline <= v_now);
+
+  RETURN QUERY SELECT 'limits', NULL::text, NULL::int, v_limits::text, NULL::text, NULL::float8,
+    NULL::float8, NULL::text, NULL::float8, NULL::float8;
+  RETURN QUERY SELECT 'active', l.workload, count(*)::int, NULL::text, NULL::text, NULL::float8,
+      NULL::float8, NULL::text, NULL::float8, NULL::float8
+    FROM __SCHEMA__.concurrency_leases l WHERE l.limiter = p_limiter GROUP BY l.workload;
+  RETURN QUERY SELECT 'queued', w.workload, count(*)::int, NULL::text, NULL::text, NULL::float8,
+      NULL::float8, NULL::text, NULL::float8, NULL::float8
+    FROM __SCHEMA__.concurrency_waiters w WHERE w.limiter = p_limiter GROUP BY w.workload;
+  -- No more than p_heads per workload: no pass can grant more than maxConcurrent slots.
+  RETURN QUERY SELECT 'head', h.workload, NULL::int, h.id::text, h.owner, h.seq::float8,
+      NULL::float8, NULL::text, NULL::float8, NULL::float8
+    FROM (SELECT w.id, w.workload, w.owner, w.seq,
+            row_number() OVER (PARTITION BY w.workload ORDER BY w.seq) AS rn
+          FROM __SCHEMA__.concurrency_waiters w WHERE w.limiter = p_limiter) h
+    WHERE h.rn <= p_heads;
+END
+$$;
+
+-- One allocation pass, second half: write the grants the rules chose. A waiter of the
+-- calling process gets its lease directly (p_direct, valid for the lease TTL); a waiter of
+-- another process gets an offer (valid for the offer TTL) and a NOTIFY on its process's
+-- channel, sent at commit. p_dropped: queue entries to remove without a grant.
+CREATE OR REPLACE FUNCTION __SCHEMA__.concurrency_grant(
+  p_limiter text, p_waiters uuid[], p_workloads text[], p_owners text[], p_direct boolean[],
+  p_seqs float8[], p_dropped uuid[], p_lease_ttl_ms float8, p_offer_ttl_ms float8, p_channel_prefix text)
+RETURNS TABLE (id text, workload text, fence float8, owner text, offered boolean, waiter_id text,
+  acquired_at float8, expires_at float8)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+  v_now timestamptz := clock_timestamp();
+  r record;
+BEGIN
+  DELETE FROM __SCHEMA__.concurrency_waiters WHERE id = ANY(p_waiters) OR id = ANY(p_dropped);
+  FOR r IN
+    INSERT INTO __SCHEMA__.concurrency_leases
+      (limiter, workload, fence, owner, offered, waiter_id, waiter_seq, acquired_at, expires_at)
+    SELECT p_limiter, g.workload, nextval('__SCHEMA__.concurrency_fence'), g.owner, NOT g.direct, g.waiter_id,
+      g.seq, v_now,
+      v_now + (CASE WHEN g.direct THEN p_lease_ttl_ms ELSE p_offer_ttl_ms END) * interval '1 millisecond'
+    FROM unnest(p_waiters, p_workloads, p_owners, p_direct, p_seqs) AS g(waiter_id, workload, owner, direct, seq)
+    RETURNING *
+  LOOP
+    IF r.offered THEN
+      PERFORM pg_notify(p_channel_prefix || r.owner,
+        json_build_object('l', r.limiter, 'w', r.waiter_id, 'id', r.id)::text);
+    END IF;
+    id := r.id::text;
+    workload := r.workload;
+    fence := r.fence::float8;
+    owner := r.owner;
+    offered := r.offered;
+    waiter_id := r.waiter_id::text;
+    acquired_at := (extract(epoch FROM r.acquired_at) * 1000)::float8;
+    expires_at := (extract(epoch FROM r.expires_at) * 1000)::float8;
+    RETURN NEXT;
+  END LOOP;
+END
+$$;

@@ -21,9 +21,16 @@ export interface ListenSession {
   close(): Promise<void>;
 }
 
+export interface TransactionOptions {
+  synchronousCommit?: boolean;
+}
+
 export interface Database extends SqlClient {
-  /** Runs `body` in one READ COMMITTED transaction on one connection. */
-  transaction<T>(body: (tx: SqlClient) => Promise<T>): Promise<T>;
+  /**
+   * Runs `body` in one READ COMMITTED transaction on one connection. With
+   * `synchronousCommit: false` the commit does not wait for the WAL flush.
+   */
+  transaction<T>(body: (tx: SqlClient) => Promise<T>, options?: TransactionOptions): Promise<T>;
   /**
    * Opens a session that receives NOTIFY on `channel`. Optional: without it, polling alone
    * keeps the limiter correct, only slower to hand slots on.
@@ -93,13 +100,18 @@ function quoteIdent(name: string): string {
 export function fromPgPool(pool: PgPoolLike): Database {
   return {
     query: async <R>(text: string, params?: unknown[]) => (await pool.query(text, params)) as QueryResult<R>,
-    async transaction<T>(body: (tx: SqlClient) => Promise<T>): Promise<T> {
+    async transaction<T>(body: (tx: SqlClient) => Promise<T>, options?: TransactionOptions): Promise<T> {
       const client = await pool.connect();
       let broken: Error | undefined;
       try {
         // Stated explicitly: allocation reads must see rows committed before the row lock
-        // was granted, which an older (REPEATABLE READ) snapshot would not.
-        await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
+        // was granted, which an older (REPEATABLE READ) snapshot would not. SET LOCAL lasts
+        // for this transaction only: no session state is left behind for a pooler.
+        await client.query(
+          options?.synchronousCommit === false
+            ? 'BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit TO off'
+            : 'BEGIN ISOLATION LEVEL READ COMMITTED',
+        );
         const tx: SqlClient = {
           query: async <R>(text: string, params?: unknown[]) =>
             (await client.query(text, params)) as QueryResult<R>,
@@ -152,9 +164,10 @@ export function fromPgPool(pool: PgPoolLike): Database {
 export function fromPGlite(db: PGliteLike): Database {
   return {
     query: (text, params) => db.query(text, params),
-    transaction: (body) =>
+    transaction: (body, options) =>
       db.transaction(async (tx) => {
         await tx.query('SET TRANSACTION ISOLATION LEVEL READ COMMITTED');
+        if (options?.synchronousCommit === false) await tx.query('SET LOCAL synchronous_commit TO off');
         return body({ query: (text, params) => tx.query(text, params) });
       }),
     async listen(channel, onNotify) {

@@ -23,12 +23,25 @@ export function postgresConcurrencySchemaSql(options: { schema?: string } = {}):
   );
 }
 
-/** The DDL, one statement at a time (drivers differ on multi-statement queries). */
-function statements(sql: string): string[] {
-  return sql
-    .split(/;\s*\n/)
-    .map((s) => s.replace(/^\s*--.*$/gm, '').trim())
-    .filter((s) => s.length > 0);
+/**
+ * The DDL, one statement at a time (drivers differ on multi-statement queries). Splits at a
+ * semicolon that ends a line, except inside a `$$` function body.
+ */
+export function statements(sql: string): string[] {
+  const out: string[] = [];
+  let current = '';
+  let inBody = false;
+  for (const line of sql.split('\n')) {
+    if (!inBody && /^\s*--/.test(line)) continue;
+    current += `${line}\n`;
+    if ((line.match(/\$\$/g) ?? []).length % 2 === 1) inBody = !inBody;
+    if (!inBody && /;\s*$/.test(line)) {
+      if (current.trim()) out.push(current.trim());
+      current = '';
+    }
+  }
+  if (current.trim()) out.push(current.trim());
+  return out;
 }
 
 /**

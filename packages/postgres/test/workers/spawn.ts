@@ -1,0 +1,28 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+const root = fileURLToPath(new URL('../../../../', import.meta.url));
+
+/** Starts a TypeScript worker in its own Node process, on the workspace sources. */
+export function spawnWorker(
+  script: string,
+  env: Record<string, string>,
+): ChildProcess & { output: Promise<string> } {
+  const child = spawn(
+    process.execPath,
+    ['--conditions=@sluice/source', '--import', 'tsx', fileURLToPath(new URL(script, import.meta.url))],
+    { cwd: root, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let out = '';
+  let err = '';
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+  const output = new Promise<string>((resolve, reject) => {
+    child.on('exit', (code, signal) => {
+      if (code === 0) resolve(out);
+      else reject(new Error(`worker ${script} exited with ${code ?? signal}: ${err || out}`));
+    });
+  });
+  output.catch(() => undefined);
+  return Object.assign(child, { output });
+}
