@@ -601,7 +601,6 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
   async #pass(input: PassInput): Promise<PassResult> {
     const q = this.#q;
     const owner = this.#hub.owner;
-    const offersFor = input.heartbeat ?? [];
     const { grants, claimed, result } = await this.#db.transaction(
       async (tx: SqlClient) => {
         const e = input.enqueue;
