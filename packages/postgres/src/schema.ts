@@ -50,10 +50,18 @@ export function statements(sql: string): string[] {
  * under a transaction-scoped advisory lock.
  */
 export async function ensureSchema(db: Database, schema: string): Promise<void> {
-  const table = `${quoteIdent(schema)}.concurrency_waiters`;
+  // The newest object of the file: when it exists, everything before it does too. Read from
+  // the catalog tables with a fresh snapshot: to_regclass() and friends answer from a cache
+  // that an advisory lock does not refresh, which sent a second worker into the DDL (and into
+  // a deadlock with the first one's allocations) in the start-up race test.
   const exists = async (q: Database | { query: Database['query'] }) =>
-    (await q.query<{ t: string | null }>('SELECT to_regclass($1::text)::text AS t', [table])).rows[0]?.t !=
-    null;
+    (
+      await q.query<{ found: boolean }>(
+        `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname = $1::text AND p.proname = 'concurrency_grant') AS found`,
+        [schema],
+      )
+    ).rows[0]?.found === true;
   if (await exists(db)) return;
   await db.transaction(async (tx) => {
     await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [`sluice:schema:${schema}`]);

@@ -24,5 +24,18 @@ export function spawnWorker(
     });
   });
   output.catch(() => undefined);
-  return Object.assign(child, { output });
+  const line = (test: (line: string) => boolean) =>
+    new Promise<string>((resolve, reject) => {
+      const check = () => {
+        const found = out.split('\n').find((l) => l.trim() && test(l.trim()));
+        if (found) {
+          child.stdout!.off('data', check);
+          resolve(found.trim());
+        }
+      };
+      child.stdout!.on('data', check);
+      child.on('exit', () => reject(new Error(`worker exited before printing the line: ${err || out}`)));
+      check();
+    });
+  return Object.assign(child, { output, line });
 }
