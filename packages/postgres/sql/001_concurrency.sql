@@ -120,6 +120,12 @@ BEGIN
   RETURN QUERY SELECT 'queued', w.workload, count(*)::int, NULL::text, NULL::text, NULL::float8,
       NULL::float8, NULL::text, NULL::float8, NULL::float8
     FROM __SCHEMA__.concurrency_waiters w WHERE w.limiter = p_limiter GROUP BY w.workload;
+  -- When the next lease lapses: a process with waiters looks again then, so the slot of a
+  -- crashed holder is handed on at its expiry, not at the next routine poll.
+  RETURN QUERY SELECT 'next-expiry', NULL::text, NULL::int, NULL::text, NULL::text,
+      (extract(epoch FROM min(l.expires_at) - v_now) * 1000)::float8,
+      NULL::float8, NULL::text, NULL::float8, NULL::float8
+    FROM __SCHEMA__.concurrency_leases l WHERE l.limiter = p_limiter HAVING count(*) > 0;
   -- No more than p_heads per workload: no pass can grant more than maxConcurrent slots.
   RETURN QUERY SELECT 'head', h.workload, NULL::int, h.id::text, h.owner, h.seq::float8,
       NULL::float8, NULL::text, NULL::float8, NULL::float8

@@ -197,6 +197,8 @@ interface PassResult {
   outcome: 'granted' | 'waiting' | 'queue-full' | 'timed-out' | undefined;
   queued: number;
   present: Set<string> | undefined;
+  /** Milliseconds until the next lease lapses, if any lease exists. */
+  nextExpiryMs: number | undefined;
 }
 
 // One shared registry per hub: a pass may grant a slot to a waiter of another limiter
@@ -233,7 +235,10 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
   readonly #waiters = new Map<string, LocalWaiter>();
   #ready: Promise<void> | undefined;
   #pollTimer: ReturnType<typeof setTimeout> | undefined;
+  #pollAt = Infinity;
   #polling = false;
+  /** Local time at which the next known lease lapses (from the last allocation seen). */
+  #nextExpiryAt = Infinity;
   #closed = false;
 
   constructor(options: PostgresConcurrencyLimiterOptions<W>) {
@@ -552,20 +557,35 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
   onListenChange(listening: boolean): void {
     clearTimeout(this.#pollTimer);
     this.#pollTimer = undefined;
+    this.#pollAt = Infinity;
     // Just reconnected: look at once for what may have been missed.
     if (listening && this.#waiters.size > 0) void this.#poll();
     else this.#schedulePoll();
   }
 
+  /** How waiting requests of this process learn of freed slots: NOTIFY wake-ups, or polling alone. */
+  get wakeups(): 'notify' | 'polling' {
+    return this.#hub.listening ? 'notify' : 'polling';
+  }
+
   #schedulePoll(): void {
-    if (this.#pollTimer || this.#closed || this.#waiters.size === 0) return;
+    if (this.#closed || this.#waiters.size === 0) return;
     const interval = this.#hub.listening
       ? this.settings.fallbackPollIntervalMs
       : this.settings.pollIntervalMs;
-    this.#pollTimer = setTimeout(() => {
-      this.#pollTimer = undefined;
-      void this.#poll();
-    }, interval);
+    // Look again at the routine interval, or just after the next lease lapses if sooner.
+    const at = Math.min(Date.now() + interval, this.#nextExpiryAt + 5);
+    if (this.#pollTimer && this.#pollAt <= at) return;
+    clearTimeout(this.#pollTimer);
+    this.#pollAt = at;
+    this.#pollTimer = setTimeout(
+      () => {
+        this.#pollTimer = undefined;
+        this.#pollAt = Infinity;
+        void this.#poll();
+      },
+      Math.max(0, at - Date.now()),
+    );
   }
 
   async #poll(): Promise<void> {
@@ -647,8 +667,10 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
         const present = input.heartbeat ? new Set<string>() : undefined;
         const claimed: LeaseRow[] = [];
         let queued = 0;
+        let nextExpiryMs: number | undefined;
         for (const row of rows) {
           if (row.kind === 'present') present!.add(row.id!);
+          else if (row.kind === 'next-expiry') nextExpiryMs = row.seq!;
           else if (row.kind === 'claimed') claimed.push({ ...row, offered: false } as unknown as LeaseRow);
           const i = row.workload === null ? undefined : index.get(row.workload);
           if (i === undefined) continue;
@@ -693,10 +715,15 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
             ])
           ).rows;
         }
-        return { grants, claimed, result: { outcome, queued: queued - chosen.length, present } };
+        return {
+          grants,
+          claimed,
+          result: { outcome, queued: queued - chosen.length, present, nextExpiryMs },
+        };
       },
       { synchronousCommit: this.settings.synchronousCommit },
     );
+    this.#nextExpiryAt = result.nextExpiryMs === undefined ? Infinity : Date.now() + result.nextExpiryMs;
     // After commit: hand direct grants and claimed offers to the waiters of this process.
     for (const row of [...grants.filter((g) => !g.offered && g.owner === owner), ...claimed]) {
       const deliver = this.#registry.get(row.waiter_id ?? '');

@@ -3,11 +3,15 @@ import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('../../../../', import.meta.url));
 
+export type Worker = ChildProcess & {
+  /** Everything the worker printed, once it exits with 0 (rejects otherwise). */
+  output: Promise<string>;
+  /** Resolves with the first line of output that satisfies `test`. */
+  line(test: (line: string) => boolean): Promise<string>;
+};
+
 /** Starts a TypeScript worker in its own Node process, on the workspace sources. */
-export function spawnWorker(
-  script: string,
-  env: Record<string, string>,
-): ChildProcess & { output: Promise<string> } {
+export function spawnWorker(script: string, env: Record<string, string>): Worker {
   const child = spawn(
     process.execPath,
     ['--conditions=@sluice/source', '--import', 'tsx', fileURLToPath(new URL(script, import.meta.url))],
@@ -33,8 +37,9 @@ export function spawnWorker(
           resolve(found.trim());
         }
       };
+      // Registered after the accumulating listener, so `out` already holds the new chunk.
       child.stdout!.on('data', check);
-      child.on('exit', () => reject(new Error(`worker exited before printing the line: ${err || out}`)));
+      child.once('exit', () => reject(new Error(`worker exited before printing the line: ${err || out}`)));
       check();
     });
   return Object.assign(child, { output, line });
