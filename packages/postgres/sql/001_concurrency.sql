@@ -55,17 +55,22 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.concurrency_waiters (
 CREATE INDEX IF NOT EXISTS concurrency_waiters_queue
   ON __SCHEMA__.concurrency_waiters (limiter, workload, seq);
 
--- One allocation pass, first half: take the limiter's row lock, apply the caller's change,
+-- One allocation pass, first half: take the limiter's row lock, apply the caller's changes,
 -- sweep what has lapsed, and return the state the shared allocation rules need. Runs inside
 -- the caller's transaction, which then writes the grants with concurrency_grant and commits.
 -- A function rather than separate statements: one round trip while the lock is held, and
 -- plans cached by PL/pgSQL, without named prepared statements (no session state, so
--- transaction-mode poolers work).
---   p_op: 'enqueue' (p_id, p_workload, p_owner, p_timeout_ms), 'release' (p_id = lease),
---         'cancel' (p_id = waiter), 'heartbeat' (p_ids = waiters of the caller), 'none'.
+-- transaction-mode poolers work). The changes come in arrays: a process batches everything
+-- it has to say to the limiter into one pass.
+--   p_enqueue_*: new queue entries of p_owner, in arrival order;
+--   p_release:   leases given back;
+--   p_cancel:    queue entries withdrawn (with any slot offered or granted to them);
+--   p_heartbeat: queue entries of p_owner still waiting (their pending offers are claimed).
 CREATE OR REPLACE FUNCTION __SCHEMA__.concurrency_pass(
-  p_limiter text, p_op text, p_id uuid, p_ids uuid[], p_workload text, p_owner text,
-  p_timeout_ms float8, p_entry_ttl_ms float8, p_heads int, p_lease_ttl_ms float8)
+  p_limiter text, p_owner text,
+  p_enqueue_ids uuid[], p_enqueue_workloads text[], p_enqueue_timeouts_ms float8[],
+  p_release uuid[], p_cancel uuid[], p_heartbeat uuid[],
+  p_entry_ttl_ms float8, p_heads int, p_lease_ttl_ms float8)
 RETURNS TABLE (kind text, workload text, n int, id text, owner text, seq float8,
   fence float8, waiter_id text, acquired_at float8, expires_at float8)
 LANGUAGE plpgsql AS $$
@@ -81,27 +86,32 @@ BEGIN
   -- Read after the lock: now() is the transaction's start, stale after a lock wait.
   v_now := clock_timestamp();
 
-  IF p_op = 'enqueue' THEN
+  IF cardinality(p_enqueue_ids) > 0 THEN
     INSERT INTO __SCHEMA__.concurrency_waiters (id, limiter, workload, seq, owner, enqueued_at, deadline, heartbeat_at)
-    VALUES (p_id, p_limiter, p_workload, nextval('__SCHEMA__.concurrency_arrival'), p_owner, v_now,
-      v_now + p_timeout_ms * interval '1 millisecond', v_now);
-  ELSIF p_op = 'release' THEN
-    DELETE FROM __SCHEMA__.concurrency_leases WHERE id = p_id AND limiter = p_limiter;
-  ELSIF p_op = 'cancel' THEN
-    -- Leaves the queue, and gives back any slot offered or granted but not yet taken.
-    DELETE FROM __SCHEMA__.concurrency_waiters WHERE id = p_id;
-    DELETE FROM __SCHEMA__.concurrency_leases WHERE waiter_id = p_id;
-  ELSIF p_op = 'heartbeat' THEN
+    SELECT e.id, p_limiter, e.workload, nextval('__SCHEMA__.concurrency_arrival'), p_owner, v_now,
+      v_now + e.timeout_ms * interval '1 millisecond', v_now
+    FROM unnest(p_enqueue_ids, p_enqueue_workloads, p_enqueue_timeouts_ms) WITH ORDINALITY
+      AS e(id, workload, timeout_ms, position)
+    ORDER BY e.position;
+  END IF;
+  IF cardinality(p_release) > 0 THEN
+    DELETE FROM __SCHEMA__.concurrency_leases WHERE id = ANY(p_release) AND limiter = p_limiter;
+  END IF;
+  IF cardinality(p_cancel) > 0 THEN
+    DELETE FROM __SCHEMA__.concurrency_waiters WHERE id = ANY(p_cancel);
+    DELETE FROM __SCHEMA__.concurrency_leases WHERE waiter_id = ANY(p_cancel);
+  END IF;
+  IF cardinality(p_heartbeat) > 0 THEN
     RETURN QUERY
       WITH hb AS (UPDATE __SCHEMA__.concurrency_waiters SET heartbeat_at = v_now
-                  WHERE id = ANY(p_ids) RETURNING id)
+                  WHERE id = ANY(p_heartbeat) RETURNING id)
       SELECT 'present', NULL::text, NULL::int, hb.id::text, NULL::text, NULL::float8,
         NULL::float8, NULL::text, NULL::float8, NULL::float8 FROM hb;
     -- Offers made to these waiters whose notification went astray: take them now.
     RETURN QUERY
       WITH c AS (UPDATE __SCHEMA__.concurrency_leases
                  SET offered = false, expires_at = v_now + p_lease_ttl_ms * interval '1 millisecond'
-                 WHERE waiter_id = ANY(p_ids) AND offered AND expires_at > v_now
+                 WHERE waiter_id = ANY(p_heartbeat) AND offered AND expires_at > v_now
                  RETURNING *)
       SELECT 'claimed', c.workload, NULL::int, c.id::text, c.owner, c.waiter_seq::float8, c.fence::float8,
         c.waiter_id::text, (extract(epoch FROM c.acquired_at) * 1000)::float8,

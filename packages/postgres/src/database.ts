@@ -72,8 +72,9 @@ interface PGliteLike {
 export type DatabaseInput = Database | PgPoolLike | PGliteLike;
 
 function isPGlite(db: object): db is PGliteLike {
+  const d = db as PGliteLike & { exec?: unknown };
   return (
-    typeof (db as PGliteLike).listen === 'function' && typeof (db as PGliteLike).transaction === 'function'
+    typeof d.exec === 'function' && typeof d.listen === 'function' && typeof d.transaction === 'function'
   );
 }
 

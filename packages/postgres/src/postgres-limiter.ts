@@ -195,10 +195,9 @@ interface PassInput {
 
 interface PassResult {
   outcome: 'granted' | 'waiting' | 'queue-full' | 'timed-out' | undefined;
+  /** For a queue-full outcome: how many requests were waiting. */
   queued: number;
   present: Set<string> | undefined;
-  /** Milliseconds until the next lease lapses, if any lease exists. */
-  nextExpiryMs: number | undefined;
 }
 
 // One shared registry per hub: a pass may grant a slot to a waiter of another limiter
@@ -234,6 +233,22 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
   readonly #registry: Map<string, (row: LeaseRow) => void>;
   readonly #waiters = new Map<string, LocalWaiter>();
   #ready: Promise<void> | undefined;
+  /**
+   * What this limiter object did, for dashboards and tuning: allocation transactions, and how
+   * slots reached its waiting requests (directly, by an offer claimed after a NOTIFY or by a
+   * poll, or by enqueueing again after an offer lapsed or an entry was lost).
+   */
+  readonly metrics = {
+    passes: 0,
+    polls: 0,
+    directGrants: 0,
+    offersMade: 0,
+    offersClaimedOnNotify: 0,
+    offersClaimedOnPoll: 0,
+    requeued: 0,
+  };
+  #batch: { input: PassInput; resolve(result: PassResult): void; reject(error: unknown): void }[] = [];
+  #batching = false;
   #pollTimer: ReturnType<typeof setTimeout> | undefined;
   #pollAt = Infinity;
   #polling = false;
@@ -533,6 +548,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     let rows: LeaseRow[] = [];
     try {
       rows = (await this.#db.query<LeaseRow>(this.#q.claim, [leaseIds, this.limits.leaseTtlMs])).rows;
+      this.metrics.offersClaimedOnNotify += rows.length;
     } catch {
       // Claiming failed; the next poll claims what is still on offer.
     }
@@ -549,6 +565,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
         this.#finish(waiter);
         waiter.reject(waiter.abort);
       } else {
+        this.metrics.requeued++;
         void this.#enqueue(waiter);
       }
     }
@@ -596,6 +613,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       await Promise.all(waiting.map((w) => w.enqueued?.catch(() => undefined)));
       const ids = waiting.filter((w) => w.state === 'waiting').map((w) => w.id);
       if (ids.length === 0) return;
+      this.metrics.polls++;
       const result = await this.#pass({ heartbeat: ids });
       for (const id of ids) {
         const waiter = this.#waiters.get(id);
@@ -606,6 +624,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
         if (waiter.timeoutMs !== undefined && waited >= waiter.timeoutMs - 50) {
           this.#leave(waiter, this.#timeout(waiter.workload, waiter.request, waited, waiter.timeoutMs));
         } else {
+          this.metrics.requeued++;
           void this.#enqueue(waiter);
         }
       }
@@ -617,22 +636,42 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     }
   }
 
-  /** One allocation: a short transaction on the limiter's row lock. */
-  async #pass(input: PassInput): Promise<PassResult> {
+  /**
+   * Asks for an allocation pass. Everything this limiter object has to say while a pass is
+   * under way is batched into the next one, so a process has at most one transaction waiting
+   * for the limiter's row lock, however busy it is.
+   */
+  #pass(input: PassInput): Promise<PassResult> {
+    return new Promise<PassResult>((resolve, reject) => {
+      this.#batch.push({ input, resolve, reject });
+      if (this.#batching) return;
+      this.#batching = true;
+      queueMicrotask(() => void this.#runBatches());
+    });
+  }
+
+  async #runBatches(): Promise<void> {
+    while (this.#batch.length > 0) {
+      const ops = this.#batch;
+      this.#batch = [];
+      try {
+        const results = await this.#runPass(ops.map((o) => o.input));
+        ops.forEach((o, i) => o.resolve(results[i]!));
+      } catch (error) {
+        for (const o of ops) o.reject(error);
+      }
+    }
+    this.#batching = false;
+  }
+
+  /** One allocation: a short transaction on the limiter's row lock, for a batch of changes. */
+  async #runPass(inputs: PassInput[]): Promise<PassResult[]> {
     const q = this.#q;
     const owner = this.#hub.owner;
-    const { grants, claimed, result } = await this.#db.transaction(
+    const enqueues = inputs.flatMap((i) => (i.enqueue ? [i.enqueue] : []));
+    const heartbeat = inputs.flatMap((i) => i.heartbeat ?? []);
+    const { grants, claimed, outcomes, queuedError, present, nextExpiryMs } = await this.#db.transaction(
       async (tx: SqlClient) => {
-        const e = input.enqueue;
-        const [op, id] = e
-          ? ['enqueue', e.id]
-          : input.release
-            ? ['release', input.release]
-            : input.cancel
-              ? ['cancel', input.cancel]
-              : input.heartbeat
-                ? ['heartbeat', null]
-                : ['none', null];
         type PassRow = {
           kind: string;
           workload: string | null;
@@ -644,59 +683,70 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
         const rows = (
           await tx.query<PassRow>(q.pass, [
             this.name,
-            op,
-            id,
-            input.heartbeat ?? [],
-            e?.workload ?? null,
             owner,
-            e?.timeoutMs ?? null,
+            enqueues.map((e) => e.id),
+            enqueues.map((e) => e.workload),
+            enqueues.map((e) => e.timeoutMs ?? null),
+            inputs.flatMap((i) => (i.release ? [i.release] : [])),
+            inputs.flatMap((i) => (i.cancel ? [i.cancel] : [])),
+            heartbeat,
             this.settings.queueEntryTtlMs,
             this.limits.maxConcurrent,
             this.limits.leaseTtlMs,
           ])
         ).rows;
         const limitsRow = rows.find((r) => r.kind === 'limits');
-        if (!limitsRow)
+        if (!limitsRow) {
           throw new Error(`limiter \`${this.name}\` is not registered in schema \`${this.settings.schema}\``);
+        }
         const stored = JSON.parse(limitsRow.id!) as StoredLimits;
-        const limits = allocationLimits(stored);
         const index = new Map(stored.workloads.map((w, i) => [w.name, i]));
         const active = stored.workloads.map(() => 0);
         const waiting: { seq: number; id: string; owner: string; workload: string }[][] =
           stored.workloads.map(() => []);
-        const present = input.heartbeat ? new Set<string>() : undefined;
+        const present = new Set<string>();
         const claimed: LeaseRow[] = [];
         let queued = 0;
         let nextExpiryMs: number | undefined;
         for (const row of rows) {
-          if (row.kind === 'present') present!.add(row.id!);
+          if (row.kind === 'present') present.add(row.id!);
           else if (row.kind === 'next-expiry') nextExpiryMs = row.seq!;
           else if (row.kind === 'claimed') claimed.push({ ...row, offered: false } as unknown as LeaseRow);
           const i = row.workload === null ? undefined : index.get(row.workload);
           if (i === undefined) continue;
           if (row.kind === 'active') active[i] = row.n!;
           else if (row.kind === 'queued') queued += row.n!;
-          else if (row.kind === 'head')
+          else if (row.kind === 'head') {
             waiting[i]!.push({ seq: row.seq!, id: row.id!, owner: row.owner!, workload: row.workload! });
+          }
         }
         for (const list of waiting) list.sort((a, b) => a.seq - b.seq);
 
-        // Deadlines and lapsed entries were swept in SQL, in database time; the rules see only live entries.
-        const chosen = allocate({ limits, active, waiting, now: 0 }).grants.map((g) => g.entry);
+        // Deadlines and lapsed entries were swept in SQL, in database time; the rules see
+        // only live entries.
+        const chosen = allocate({ limits: allocationLimits(stored), active, waiting, now: 0 }).grants.map(
+          (g) => g.entry,
+        );
+        const granted = new Set(chosen.map((g) => g.id));
+        // New entries that got no slot stay in the queue, in arrival order, unless the queue
+        // is full or they may not wait at all.
+        const outcomes = new Map<string, PassResult['outcome']>();
+        const queuedError = new Map<string, number>();
         const dropped: string[] = [];
-        let outcome: PassResult['outcome'];
-        if (e) {
-          if (chosen.some((g) => g.id === e.id)) outcome = 'granted';
-          else if (
-            this.limits.maxQueued !== undefined &&
-            queued - chosen.length - 1 >= this.limits.maxQueued
-          ) {
-            outcome = 'queue-full';
+        let others = queued - chosen.length - enqueues.filter((e) => !granted.has(e.id)).length;
+        for (const e of enqueues) {
+          if (granted.has(e.id)) outcomes.set(e.id, 'granted');
+          else if (this.limits.maxQueued !== undefined && others >= this.limits.maxQueued) {
+            outcomes.set(e.id, 'queue-full');
+            queuedError.set(e.id, others);
             dropped.push(e.id);
           } else if (e.timeoutMs === 0) {
-            outcome = 'timed-out';
+            outcomes.set(e.id, 'timed-out');
             dropped.push(e.id);
-          } else outcome = 'waiting';
+          } else {
+            outcomes.set(e.id, 'waiting');
+            others++;
+          }
         }
         let grants: LeaseRow[] = [];
         if (chosen.length > 0 || dropped.length > 0) {
@@ -715,22 +765,27 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
             ])
           ).rows;
         }
-        return {
-          grants,
-          claimed,
-          result: { outcome, queued: queued - chosen.length, present, nextExpiryMs },
-        };
+        return { grants, claimed, outcomes, queuedError, present, nextExpiryMs };
       },
       { synchronousCommit: this.settings.synchronousCommit },
     );
-    this.#nextExpiryAt = result.nextExpiryMs === undefined ? Infinity : Date.now() + result.nextExpiryMs;
+    this.#nextExpiryAt = nextExpiryMs === undefined ? Infinity : Date.now() + nextExpiryMs;
+    this.metrics.passes++;
+    const direct = grants.filter((g) => !g.offered && g.owner === owner);
+    this.metrics.directGrants += direct.length;
+    this.metrics.offersMade += grants.length - direct.length;
+    this.metrics.offersClaimedOnPoll += claimed.length;
     // After commit: hand direct grants and claimed offers to the waiters of this process.
-    for (const row of [...grants.filter((g) => !g.offered && g.owner === owner), ...claimed]) {
+    for (const row of [...direct, ...claimed]) {
       const deliver = this.#registry.get(row.waiter_id ?? '');
       if (deliver) deliver(row);
       else void this.release(this.#lease(row)).catch(() => undefined);
     }
-    return result;
+    return inputs.map((input) => ({
+      outcome: input.enqueue ? outcomes.get(input.enqueue.id) : undefined,
+      queued: input.enqueue ? (queuedError.get(input.enqueue.id) ?? 0) : 0,
+      present: input.heartbeat ? present : undefined,
+    }));
   }
 
   async renew(lease: ConcurrencyLease<W>): Promise<ConcurrencyLease<W> | undefined> {

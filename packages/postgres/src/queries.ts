@@ -28,8 +28,8 @@ export function limiterQueries(schema: string) {
       WHERE name = $1::text`,
 
     // See concurrency_pass and concurrency_grant in sql/001_concurrency.sql.
-    pass: `SELECT * FROM ${s}.concurrency_pass($1::text, $2::text, $3::uuid, $4::uuid[], $5::text, $6::text,
-      $7::float8, $8::float8, $9::int, $10::float8)`,
+    pass: `SELECT * FROM ${s}.concurrency_pass($1::text, $2::text, $3::uuid[], $4::text[], $5::float8[],
+      $6::uuid[], $7::uuid[], $8::uuid[], $9::float8, $10::int, $11::float8)`,
     grant: `SELECT * FROM ${s}.concurrency_grant($1::text, $2::uuid[], $3::text[], $4::text[], $5::boolean[],
       $6::float8[], $7::uuid[], $8::float8, $9::float8, $10::text)`,
 

@@ -50,7 +50,8 @@ export function statements(sql: string): string[] {
  * under a transaction-scoped advisory lock.
  */
 export async function ensureSchema(db: Database, schema: string): Promise<void> {
-  // The newest object of the file: when it exists, everything before it does too. Read from
+  // The newest object of the file (the pass function, in its current signature): when it
+  // exists, everything before it does too. Read from
   // the catalog tables with a fresh snapshot: to_regclass() and friends answer from a cache
   // that an advisory lock does not refresh, which sent a second worker into the DDL (and into
   // a deadlock with the first one's allocations) in the start-up race test.
@@ -58,7 +59,7 @@ export async function ensureSchema(db: Database, schema: string): Promise<void> 
     (
       await q.query<{ found: boolean }>(
         `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-          WHERE n.nspname = $1::text AND p.proname = 'concurrency_grant') AS found`,
+          WHERE n.nspname = $1::text AND p.proname = 'concurrency_pass' AND p.pronargs = 11) AS found`,
         [schema],
       )
     ).rows[0]?.found === true;

@@ -10,13 +10,17 @@ export type Worker = ChildProcess & {
   line(test: (line: string) => boolean): Promise<string>;
 };
 
-/** Starts a TypeScript worker in its own Node process, on the workspace sources. */
-export function spawnWorker(script: string, env: Record<string, string>): Worker {
-  const child = spawn(
-    process.execPath,
-    ['--conditions=@sluice/source', '--import', 'tsx', fileURLToPath(new URL(script, import.meta.url))],
-    { cwd: root, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
-  );
+/**
+ * Starts a TypeScript worker in its own Node process, on the workspace sources. `script` is a
+ * URL, or a path relative to this folder.
+ */
+export function spawnWorker(script: string | URL, env: Record<string, string>): Worker {
+  const path = fileURLToPath(typeof script === 'string' ? new URL(script, import.meta.url) : script);
+  const child = spawn(process.execPath, ['--conditions=@sluice/source', '--import', 'tsx', path], {
+    cwd: root,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   let err = '';
   child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
@@ -24,7 +28,7 @@ export function spawnWorker(script: string, env: Record<string, string>): Worker
   const output = new Promise<string>((resolve, reject) => {
     child.on('exit', (code, signal) => {
       if (code === 0) resolve(out);
-      else reject(new Error(`worker ${script} exited with ${code ?? signal}: ${err || out}`));
+      else reject(new Error(`worker ${path} exited with ${code ?? signal}: ${err || out}`));
     });
   });
   output.catch(() => undefined);
