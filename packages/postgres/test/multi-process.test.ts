@@ -125,4 +125,40 @@ describe.runIf(postgresConfig)('PostgreSQL limiter across processes', () => {
     expect(total('timedOut') + total('cancelled')).toBeGreaterThan(0);
     expect(total('expiredOnPurpose')).toBeGreaterThan(0);
   }, 60_000);
+
+  it('across processes, a freed slot goes to the higher priority first, then in arrival order', async () => {
+    const name = 'priority';
+    const limits = { maxConcurrent: 1, workloads: { low: {}, high: { priority: 10 } } };
+    const holder = createPostgresConcurrencyLimiter({ ...limits, db: pool, schema, name });
+    const held = await holder.acquire({ workload: 'low' });
+    const env = (workload: string) => ({
+      PG: JSON.stringify(postgresConfig),
+      SCHEMA: schema,
+      LIMITER: name,
+      MODE: 'wait',
+      WORKLOAD: workload,
+      HOLD_MS: '100',
+      LIMITS: JSON.stringify(limits),
+    });
+    // Arrival order: low-1, low-2, high. Each joins the queue before the next starts.
+    const order = ['low-1', 'low-2', 'high'];
+    const workers = [];
+    for (const [i, label] of order.entries()) {
+      const worker = spawnWorker('./limiter-worker.ts', env(label.startsWith('high') ? 'high' : 'low'));
+      workers.push(worker);
+      await worker.line((l) => l === 'waiting');
+      for (let t = 0; (await holder.stats()).queued < i + 1; t++) {
+        if (t > 400) throw new Error('worker did not queue');
+        await new Promise((r) => setTimeout(r, 25));
+      }
+    }
+    await holder.release(held);
+    const grantedAt = await Promise.all(
+      workers.map(async (w) => Number((await w.line((l) => l.startsWith('granted'))).split(' ')[1])),
+    );
+    await Promise.all(workers.map((w) => w.output));
+    const served = order.map((label, i) => ({ label, at: grantedAt[i]! })).sort((a, b) => a.at - b.at);
+    expect(served.map((s) => s.label)).toEqual(['high', 'low-1', 'low-2']);
+    await holder.close();
+  }, 60_000);
 });

@@ -5,7 +5,8 @@
  * - `start`: at START_AT (epoch ms), make the limiter (creating the schema if need be), take and give back one slot,
  *   print `ok`, exit; print the error's class and message and exit 1 if that fails;
  * - `hold`: take a slot, print the lease as JSON, and never let go (nor renew);
- * - `wait`: ask for a slot and print `waiting`; print `granted` if one ever comes.
+ * - `wait`: print `waiting`, ask for a slot (of WORKLOAD), print `granted <epoch ms>` when it
+ *   comes; then hold it forever, or for HOLD_MS and exit.
  */
 import pg from 'pg';
 import { createPostgresConcurrencyLimiter } from '@sluice/postgres';
@@ -39,10 +40,18 @@ switch (process.env.MODE) {
     setInterval(() => undefined, 1 << 30);
     break;
   }
-  case 'wait':
+  case 'wait': {
     console.log('waiting');
-    await limiter.acquire();
-    console.log('granted');
-    setInterval(() => undefined, 1 << 30);
+    const lease = await limiter.acquire({ workload: process.env.WORKLOAD });
+    console.log(`granted ${Date.now()}`);
+    if (process.env.HOLD_MS === undefined) {
+      setInterval(() => undefined, 1 << 30);
+      break;
+    }
+    await new Promise((r) => setTimeout(r, Number(process.env.HOLD_MS)));
+    await limiter.release(lease);
+    await limiter.close();
+    await pool.end();
     break;
+  }
 }
