@@ -12,7 +12,7 @@ import pg from 'pg';
 import { createPostgresConcurrencyLimiter } from '@sluice/postgres';
 
 const pool = new pg.Pool({ ...JSON.parse(process.env.PG!), max: 3 });
-const limiter = createPostgresConcurrencyLimiter({
+const limiter = createPostgresConcurrencyLimiter<string>({
   ...JSON.parse(process.env.LIMITS ?? '{"maxConcurrent":1}'),
   db: pool,
   schema: process.env.SCHEMA!,
