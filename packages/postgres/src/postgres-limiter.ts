@@ -547,7 +547,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
   async #claim(leaseIds: string[], waiters: LocalWaiter[]): Promise<void> {
     let rows: LeaseRow[] = [];
     try {
-      rows = (await this.#db.query<LeaseRow>(this.#q.claim, [leaseIds, this.limits.leaseTtlMs])).rows;
+      rows = await this.#extend(this.#q.claim, [leaseIds, this.limits.leaseTtlMs]);
       this.metrics.offersClaimedOnNotify += rows.length;
     } catch {
       // Claiming failed; the next poll claims what is still on offer.
@@ -788,9 +788,20 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     }));
   }
 
+  /**
+   * Claims and renewals only push an expiry later. If a database crash forgot one, the lease
+   * would just lapse sooner (its holder then loses it, safely), so they need not wait for a
+   * WAL flush, whatever `synchronousCommit` says about grants.
+   */
+  async #extend(sql: string, params: unknown[]): Promise<LeaseRow[]> {
+    return this.#db.transaction(async (tx) => (await tx.query<LeaseRow>(sql, params)).rows, {
+      synchronousCommit: false,
+    });
+  }
+
   async renew(lease: ConcurrencyLease<W>): Promise<ConcurrencyLease<W> | undefined> {
     try {
-      const row = (await this.#db.query<LeaseRow>(this.#q.renew, [lease.id, this.limits.leaseTtlMs])).rows[0];
+      const row = (await this.#extend(this.#q.renew, [lease.id, this.limits.leaseTtlMs]))[0];
       return row ? (this.#lease(row) as ConcurrencyLease<W>) : undefined;
     } catch (error) {
       throw this.#failure(error, lease.workload, {});
