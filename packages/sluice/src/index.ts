@@ -23,3 +23,9 @@ export type {
   ConcurrencyStats,
   WorkloadOptions,
 } from './concurrency/index.js';
+export { createAgent, Agent, RunTimeoutError } from './agent/agent.js';
+export type { AgentOptions, RunOptions, RunResult, RunUsage, RunBounds } from './agent/agent.js';
+export type { RetryOptions } from './agent/provider-request.js';
+export { tool } from './agent/tool.js';
+export type { Tool, ToolContext, ToolDefinition, JsonSchema } from './agent/tool.js';
+export type { Credential, ModelSpec } from './models/model.js';

@@ -1,0 +1,320 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/** What the stand-in answers to one request. */
+export type Reply =
+  /** An assistant message with text. */
+  | { text: string; usage?: { input: number; output: number } }
+  /** An assistant message asking for tool calls (and optional text before them). */
+  | {
+      toolCalls: { name: string; arguments: unknown; id?: string }[];
+      text?: string;
+      usage?: { input: number; output: number };
+    }
+  /** An HTTP error, as a provider sends it: 429 with `retryAfterSeconds`, 500, 401, 529... */
+  | { status: number; message?: string; retryAfterSeconds?: number }
+  /** The connection is cut: before any response, or in the middle of the stream. */
+  | { drop: 'before-response' | 'mid-stream' }
+  /** The stream starts, then nothing more comes until the client gives up. */
+  | { stall: true };
+
+/** A request as the responder sees it. */
+export interface StandInRequest {
+  /** 1 for the first request the stand-in received, and so on. */
+  readonly index: number;
+  readonly model: string;
+  readonly messages: readonly {
+    role: string;
+    content?: unknown;
+    tool_call_id?: string;
+    tool_calls?: unknown[];
+  }[];
+  readonly tools: readonly { function?: { name?: string } }[];
+  readonly stream: boolean;
+  /** The bearer token the client sent. */
+  readonly apiKey: string | undefined;
+  readonly body: Record<string, unknown>;
+}
+
+export interface RequestRecord {
+  readonly index: number;
+  readonly model: string;
+  readonly apiKey: string | undefined;
+  readonly stream: boolean;
+  readonly messageCount: number;
+  status: number | undefined;
+  /** The client closed the connection before the response was complete. */
+  aborted: boolean;
+  done: boolean;
+}
+
+export interface StandInOptions {
+  /** Decides each reply. Default: echo the last user message. */
+  reply?: (request: StandInRequest) => Reply | Promise<Reply>;
+  /** Wait before the response starts (ms), or a function of the request. @default 0 */
+  latencyMs?: number | ((request: StandInRequest) => number);
+  /** Wait between streamed chunks (ms). @default 0 */
+  chunkDelayMs?: number;
+  /** Port on 127.0.0.1. @default 0 (any free port) */
+  port?: number;
+}
+
+export interface ProviderStandIn {
+  /** Base URL for an OpenAI-compatible client, e.g. `http://127.0.0.1:40123/v1`. */
+  readonly url: string;
+  readonly port: number;
+  /** Requests whose response is not finished and whose connection is open. */
+  readonly inFlight: number;
+  /** The highest `inFlight` seen since start (or the last `resetPeak`). */
+  readonly peakInFlight: number;
+  /** Every request received, in order. */
+  readonly requests: readonly RequestRecord[];
+  resetPeak(): void;
+  /** Resolves once `inFlight` is 0. */
+  idle(): Promise<void>;
+  close(): Promise<void>;
+}
+
+const sleep = (ms: number) => (ms > 0 ? new Promise((r) => setTimeout(r, ms)) : Promise.resolve());
+
+function lastUserText(messages: StandInRequest['messages']): string {
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const m = messages[i]!;
+    if (m.role !== 'user') continue;
+    if (typeof m.content === 'string') return m.content;
+    if (Array.isArray(m.content)) {
+      return m.content.map((p: { text?: string }) => p.text ?? '').join('');
+    }
+  }
+  return '';
+}
+
+async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of req) chunks.push(chunk as Buffer);
+  return JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}') as Record<string, unknown>;
+}
+
+/**
+ * Starts the stand-in on 127.0.0.1.
+ *
+ * @example
+ * const provider = await startProviderStandIn({ latencyMs: 50 });
+ * const agent = createAgent({
+ *   model: { api: 'openai-completions', provider: 'stand-in', id: 'demo', baseUrl: provider.url },
+ *   credentials: { apiKey: 'test' },
+ * });
+ */
+export async function startProviderStandIn(options: StandInOptions = {}): Promise<ProviderStandIn> {
+  let inFlight = 0;
+  let peak = 0;
+  let counter = 0;
+  const records: RequestRecord[] = [];
+  let idleWaiters: (() => void)[] = [];
+  const reply = options.reply ?? ((r: StandInRequest) => ({ text: `Echo: ${lastUserText(r.messages)}` }));
+
+  const server = createServer((req, res) => {
+    void handle(req, res).catch(() => {
+      if (!res.headersSent) res.writeHead(500).end();
+      else res.destroy();
+    });
+  });
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (req.method !== 'POST' || !req.url?.endsWith('/chat/completions')) {
+      res.writeHead(404, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: { message: `no route ${req.method} ${req.url}`, type: 'not_found' } }));
+      return;
+    }
+    // In flight from the moment the request arrives until its response ends or its connection closes.
+    inFlight++;
+    peak = Math.max(peak, inFlight);
+    const index = ++counter;
+    let settled = false;
+    const record: RequestRecord = {
+      index,
+      model: '',
+      apiKey: undefined,
+      stream: false,
+      messageCount: 0,
+      status: undefined,
+      aborted: false,
+      done: false,
+    };
+    records.push(record);
+    const finish = () => {
+      if (settled) return;
+      settled = true;
+      inFlight--;
+      if (!record.done) record.aborted = true;
+      if (inFlight === 0) {
+        const waiters = idleWaiters;
+        idleWaiters = [];
+        for (const w of waiters) w();
+      }
+    };
+    res.on('close', finish);
+
+    const body = await readJson(req);
+    const auth = req.headers.authorization;
+    const request: StandInRequest = {
+      index,
+      model: String(body.model ?? ''),
+      messages: (body.messages as StandInRequest['messages']) ?? [],
+      tools: (body.tools as StandInRequest['tools']) ?? [],
+      stream: body.stream === true,
+      apiKey: auth?.startsWith('Bearer ') ? auth.slice(7) : undefined,
+      body,
+    };
+    Object.assign(record, {
+      model: request.model,
+      apiKey: request.apiKey,
+      stream: request.stream,
+      messageCount: request.messages.length,
+    });
+    const latency =
+      typeof options.latencyMs === 'function' ? options.latencyMs(request) : (options.latencyMs ?? 0);
+    await sleep(latency);
+    if (res.destroyed) return;
+    const answer = await reply(request);
+    await respond(request, answer, res, record);
+  }
+
+  async function respond(request: StandInRequest, answer: Reply, res: ServerResponse, record: RequestRecord) {
+    if ('drop' in answer && answer.drop === 'before-response') {
+      res.socket?.destroy();
+      return;
+    }
+    if ('status' in answer) {
+      record.status = answer.status;
+      const headers: Record<string, string> = { 'content-type': 'application/json' };
+      if (answer.retryAfterSeconds !== undefined) headers['retry-after'] = String(answer.retryAfterSeconds);
+      res.writeHead(answer.status, headers);
+      record.done = true;
+      res.end(
+        JSON.stringify({
+          error: {
+            message: answer.message ?? `stand-in error ${answer.status}`,
+            type: 'stand_in_error',
+            code: null,
+          },
+        }),
+      );
+      return;
+    }
+    const id = `chatcmpl-${request.index}`;
+    const created = Math.floor(Date.now() / 1000);
+    const text = 'text' in answer ? (answer.text ?? '') : '';
+    const toolCalls =
+      'toolCalls' in answer
+        ? answer.toolCalls.map((c, i) => ({
+            id: c.id ?? `call_${request.index}_${i}`,
+            type: 'function' as const,
+            function: { name: c.name, arguments: JSON.stringify(c.arguments ?? {}) },
+          }))
+        : [];
+    const usage =
+      'usage' in answer && answer.usage
+        ? answer.usage
+        : { input: JSON.stringify(request.messages).length >> 2, output: Math.max(1, text.length >> 2) };
+    const finish = toolCalls.length > 0 ? 'tool_calls' : 'stop';
+    const usageBody = {
+      prompt_tokens: usage.input,
+      completion_tokens: usage.output,
+      total_tokens: usage.input + usage.output,
+    };
+
+    record.status = 200;
+    if (!request.stream) {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      record.done = true;
+      res.end(
+        JSON.stringify({
+          id,
+          object: 'chat.completion',
+          created,
+          model: request.model,
+          choices: [
+            {
+              index: 0,
+              message: {
+                role: 'assistant',
+                content: text || null,
+                ...(toolCalls.length ? { tool_calls: toolCalls } : {}),
+              },
+              finish_reason: finish,
+            },
+          ],
+          usage: usageBody,
+        }),
+      );
+      return;
+    }
+
+    res.writeHead(200, {
+      'content-type': 'text/event-stream',
+      'cache-control': 'no-cache',
+      connection: 'keep-alive',
+    });
+    const send = async (delta: Record<string, unknown>, finishReason: string | null = null) => {
+      if (res.destroyed) return;
+      res.write(
+        `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: request.model, choices: [{ index: 0, delta, finish_reason: finishReason }] })}\n\n`,
+      );
+      await sleep(options.chunkDelayMs ?? 0);
+    };
+    await send({ role: 'assistant', content: '' });
+    if ('stall' in answer) return; // nothing more: the client must give up
+    const pieces = text.match(/.{1,16}/gs) ?? [];
+    for (const [i, piece] of pieces.entries()) {
+      await send({ content: piece });
+      if ('drop' in answer && i === Math.floor(pieces.length / 2)) {
+        res.socket?.destroy();
+        return;
+      }
+    }
+    if ('drop' in answer) {
+      res.socket?.destroy();
+      return;
+    }
+    for (const [i, call] of toolCalls.entries()) {
+      await send({
+        tool_calls: [
+          { index: i, id: call.id, type: 'function', function: { name: call.function.name, arguments: '' } },
+        ],
+      });
+      await send({ tool_calls: [{ index: i, function: { arguments: call.function.arguments } }] });
+    }
+    await send({}, finish);
+    if (res.destroyed) return;
+    res.write(
+      `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: request.model, choices: [], usage: usageBody })}\n\n`,
+    );
+    record.done = true;
+    res.end('data: [DONE]\n\n');
+  }
+
+  await new Promise<void>((resolve) => server.listen(options.port ?? 0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: `http://127.0.0.1:${port}/v1`,
+    port,
+    get inFlight() {
+      return inFlight;
+    },
+    get peakInFlight() {
+      return peak;
+    },
+    requests: records,
+    resetPeak() {
+      peak = inFlight;
+    },
+    idle() {
+      return inFlight === 0 ? Promise.resolve() : new Promise<void>((r) => idleWaiters.push(r));
+    },
+    close() {
+      server.closeAllConnections();
+      return new Promise<void>((resolve, reject) => server.close((e) => (e ? reject(e) : resolve())));
+    },
+  };
+}
