@@ -265,18 +265,14 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
     };
     await send({ role: 'assistant', content: '' });
     if ('stall' in answer) return; // nothing more: the client must give up
-    const pieces = text.match(/.{1,16}/gs) ?? [];
-    for (const [i, piece] of pieces.entries()) {
-      await send({ content: piece });
-      if ('drop' in answer && i === Math.floor(pieces.length / 2)) {
-        res.socket?.destroy();
-        return;
-      }
-    }
     if ('drop' in answer) {
+      // Some of the answer arrives, then the connection breaks.
+      await send({ content: 'This answer is cut' });
+      await new Promise<void>((resolve) => res.write('', () => setTimeout(resolve, 5)));
       res.socket?.destroy();
       return;
     }
+    for (const piece of text.match(/.{1,16}/gs) ?? []) await send({ content: piece });
     for (const [i, call] of toolCalls.entries()) {
       await send({
         tool_calls: [

@@ -120,6 +120,25 @@ describe('agent runs against the provider stand-in over HTTP', () => {
     expect(new Set(events.filter((e) => e.type === 'acquired').map((e) => e.requestId)).size).toBe(2);
   });
 
+  it('a connection dropped mid-stream is retried as a new request with a new slot', async () => {
+    const p = await provider({ reply: replies({ drop: 'mid-stream' }, { text: 'second time lucky' }) });
+    const limiter = createConcurrencyLimiter({ maxConcurrent: 1 });
+    const events: ConcurrencyEvent[] = [];
+    const agent = createAgent({
+      model: model(p),
+      credentials,
+      concurrency: { limiter },
+      retry: { baseDelayMs: 20 },
+      events: { onConcurrency: (e) => events.push(e) },
+    });
+    const result = await agent.run({ prompt: 'hi' });
+    expect(result.text).toBe('second time lucky');
+    expect(p.requests).toHaveLength(2);
+    expect(
+      events.filter((e) => e.type === 'released').map((e) => (e as { outcome: string }).outcome),
+    ).toEqual(['failed', 'completed']);
+  });
+
   it('credential fallback: the next key after an authentication failure, as a new request with a new slot', async () => {
     const p = await provider({
       reply: (r) => (r.apiKey === 'bad' ? { status: 401 } : { text: `hello from ${r.apiKey}` }),
