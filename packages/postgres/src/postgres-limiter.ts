@@ -6,6 +6,7 @@ import {
   ConcurrencyQueueFullError,
   ConcurrencyTimeoutError,
   allocate,
+  lineageOf,
   resolveLimiterOptions,
   resolveWorkload,
   type AcquireRequest,
@@ -370,7 +371,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     try {
       workload = this.validateWorkload(request.workload);
     } catch (error) {
-      if (error instanceof Error) Object.assign(error, lineage(request));
+      if (error instanceof Error) Object.assign(error, lineageOf(request));
       return Promise.reject(error);
     }
     if (request.signal?.aborted) return Promise.reject(request.signal.reason);
@@ -446,7 +447,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
           new ConcurrencyQueueFullError({
             limiter: this.name,
             workload: waiter.workload,
-            ...lineage(waiter.request),
+            ...lineageOf(waiter.request),
             maxQueued: this.limits.maxQueued ?? 0,
             queued: result.queued,
           }),
@@ -872,7 +873,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     return new ConcurrencyTimeoutError({
       limiter: this.name,
       workload,
-      ...lineage(request),
+      ...lineageOf(request),
       waitMs,
       timeoutMs,
     });
@@ -884,19 +885,10 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     return new ConcurrencyLimiterError(`PostgreSQL limiter \`${this.name}\` failed: ${message}`, {
       limiter: this.name,
       workload,
-      ...lineage(request),
+      ...lineageOf(request),
       cause: error,
     });
   }
-}
-
-function lineage(request: AcquireRequest<string>) {
-  return {
-    runId: request.runId,
-    rootRunId: request.rootRunId,
-    parentRunId: request.parentRunId,
-    requestId: request.requestId,
-  };
 }
 
 /**

@@ -144,7 +144,7 @@ export function createProviderRequest(options: ProviderRequestOptions) {
             if (scope.signal.reason instanceof RunTimeoutError) {
               // The budget ran out while waiting for a slot: that is a slot timeout.
               const timeout = new ConcurrencyTimeoutError({
-                ...lineageOf(scope),
+                ...scopeFields(scope),
                 requestId,
                 waitMs: Date.now() - waitStart,
                 timeoutMs: scope.deadline === undefined ? 0 : Math.max(0, scope.deadline - waitStart),
@@ -208,7 +208,7 @@ export function createProviderRequest(options: ProviderRequestOptions) {
           const error = new TurnError(
             `Provider request took longer than turnTimeoutMs (${options.turnTimeoutMs} ms)`,
             {
-              ...lineageOf(scope),
+              ...scopeFields(scope),
               retryable: false,
             },
           );
@@ -238,7 +238,7 @@ export function createProviderRequest(options: ProviderRequestOptions) {
           const error = new TurnError(
             `Provider request failed${status ? ` with HTTP ${status}` : ''}: ${text}`,
             {
-              ...lineageOf(scope),
+              ...scopeFields(scope),
               requestId,
               status,
               retryable: transient,
@@ -253,7 +253,7 @@ export function createProviderRequest(options: ProviderRequestOptions) {
           const error = new TurnError(
             `Provider request failed and the run's budget ends before a retry: ${text}`,
             {
-              ...lineageOf(scope),
+              ...scopeFields(scope),
               requestId,
               status,
               retryable: true,
@@ -276,7 +276,7 @@ export function createProviderRequest(options: ProviderRequestOptions) {
   };
 }
 
-function lineageOf(scope: RunScope) {
+function scopeFields(scope: RunScope) {
   return {
     limiter: scope.limiter?.name ?? 'none',
     workload: scope.workload,

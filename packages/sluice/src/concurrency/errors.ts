@@ -10,6 +10,16 @@ export interface RequestLineage {
   readonly requestId?: string | undefined;
 }
 
+/** The lineage fields of a request, and nothing else (no signal, no prompt). */
+export function lineageOf(request: RequestLineage): RequestLineage {
+  return {
+    runId: request.runId,
+    rootRunId: request.rootRunId,
+    parentRunId: request.parentRunId,
+    requestId: request.requestId,
+  };
+}
+
 export interface ConcurrencyErrorFields extends RequestLineage {
   readonly limiter: string;
   readonly workload?: string | undefined;

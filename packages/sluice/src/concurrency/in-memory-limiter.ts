@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { allocate, hasRoom } from './allocate.js';
 import { systemClock, type Clock, type ClockTimer } from './clock.js';
-import { ConcurrencyQueueFullError, ConcurrencyTimeoutError } from './errors.js';
+import { ConcurrencyQueueFullError, ConcurrencyTimeoutError, lineageOf } from './errors.js';
 import type {
   AcquireRequest,
   ConcurrencyLease,
@@ -307,15 +307,6 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
       { background: true },
     );
   }
-}
-
-function lineageOf(request: AcquireRequest<string>) {
-  return {
-    runId: request.runId,
-    rootRunId: request.rootRunId,
-    parentRunId: request.parentRunId,
-    requestId: request.requestId,
-  };
 }
 
 /**

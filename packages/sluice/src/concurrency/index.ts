@@ -17,6 +17,7 @@ export {
   ConcurrencyQueueFullError,
   ConcurrencyTimeoutError,
   TurnError,
+  lineageOf,
 } from './errors.js';
 export type { ConcurrencyErrorFields, RequestLineage } from './errors.js';
 export type {

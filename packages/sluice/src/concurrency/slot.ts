@@ -6,6 +6,7 @@ import {
   ConcurrencyLimiterError,
   ConcurrencyQueueFullError,
   ConcurrencyTimeoutError,
+  lineageOf,
   type RequestLineage,
 } from './errors.js';
 import type { ConcurrencyEvent, ConcurrencyEventListener, ReleaseOutcome } from './events.js';
@@ -58,12 +59,7 @@ type SlotState = 'held' | 'lost' | 'released';
 export async function acquireSlot<W extends string>(request: SlotRequest<W>): Promise<HeldSlot<W>> {
   const { limiter, signal } = request;
   const clock = request.clock ?? systemClock;
-  const lineage: RequestLineage = {
-    runId: request.runId,
-    rootRunId: request.rootRunId,
-    parentRunId: request.parentRunId,
-    requestId: request.requestId,
-  };
+  const lineage = lineageOf(request);
   let workload: string = request.workload ?? 'default';
   const emit = (event: { type: ConcurrencyEvent['type'] } & Record<string, unknown>): void => {
     if (!request.onEvent) return;
