@@ -126,6 +126,48 @@ export class Agent<W extends string = never> {
 
   /** Runs the agent to its final answer. */
   async run(options: RunOptions<W>): Promise<RunResult> {
+    return this.#start(options, undefined);
+  }
+
+  /**
+   * Runs the agent like `run`, giving the answer's text as it streams. Iterate for the text
+   * deltas (of every assistant turn); `result` resolves like `run()`.
+   *
+   * @example
+   * const s = agent.stream({ prompt });
+   * for await (const delta of s) process.stdout.write(delta);
+   * const { usage } = await s.result;
+   */
+  stream(options: RunOptions<W>): AsyncIterable<string> & { result: Promise<RunResult> } {
+    const queue: string[] = [];
+    let wake: (() => void) | undefined;
+    let finished = false;
+    const result = this.#start(options, (delta) => {
+      queue.push(delta);
+      wake?.();
+    });
+    const settle = () => {
+      finished = true;
+      wake?.();
+    };
+    result.then(settle, settle);
+    return {
+      result,
+      async *[Symbol.asyncIterator]() {
+        for (;;) {
+          while (queue.length > 0) yield queue.shift()!;
+          if (finished) {
+            await result; // a failed run fails the iteration too
+            return;
+          }
+          await new Promise<void>((resolve) => (wake = resolve));
+          wake = undefined;
+        }
+      },
+    };
+  }
+
+  async #start(options: RunOptions<W>, onText: ((delta: string) => void) | undefined): Promise<RunResult> {
     if (typeof options?.prompt !== 'string') throw new TypeError('Expected `prompt` to be a string');
     const parent = runScope.getStore();
     const runId = randomUUID();
@@ -193,13 +235,17 @@ export class Agent<W extends string = never> {
       ],
     };
     try {
-      return await runScope.run(scope, () => this.#run(scope, options.prompt));
+      return await runScope.run(scope, () => this.#run(scope, options.prompt, onText));
     } finally {
       for (const cleanup of cleanups) cleanup();
     }
   }
 
-  async #run(scope: RunScope, prompt: string): Promise<RunResult> {
+  async #run(
+    scope: RunScope,
+    prompt: string,
+    onText: ((delta: string) => void) | undefined,
+  ): Promise<RunResult> {
     let failure: Error | undefined;
     let requests = 0;
     const semaphore = new Semaphore(this.#bounds.maxParallelToolCalls);
@@ -262,7 +308,11 @@ export class Agent<W extends string = never> {
         convertToLlm: (m) => m as Message[],
         toolExecution: 'parallel',
       },
-      () => undefined,
+      (event) => {
+        if (onText && event.type === 'message_update' && event.assistantMessageEvent.type === 'text_delta') {
+          onText(event.assistantMessageEvent.delta);
+        }
+      },
       scope.signal,
       streamFn,
     );

@@ -41,6 +41,17 @@ describe('agent runs against the provider stand-in over HTTP', () => {
     expect(p.requests[0]).toMatchObject({ apiKey: 'test-key', stream: true, done: true });
   });
 
+  it('stream() gives the text as it arrives, and the same result as run()', async () => {
+    const p = await provider({ reply: () => ({ text: 'a reply long enough to come in several chunks' }) });
+    const agent = createAgent({ model: model(p), credentials });
+    const s = agent.stream({ prompt: 'hi' });
+    const deltas: string[] = [];
+    for await (const delta of s) deltas.push(delta);
+    expect(deltas.length).toBeGreaterThan(1);
+    expect(deltas.join('')).toBe('a reply long enough to come in several chunks');
+    expect((await s.result).text).toBe(deltas.join(''));
+  });
+
   it('a parent that calls a child through a tool runs under maxConcurrent: 1', async () => {
     const p = await provider({
       reply: (r) => {
