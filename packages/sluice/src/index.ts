@@ -23,7 +23,8 @@ export type {
   ConcurrencyStats,
   WorkloadOptions,
 } from './concurrency/index.js';
-export { createAgent, Agent, RunTimeoutError } from './agent/agent.js';
+export { createAgent, Agent, RepairLimitError, RunTimeoutError } from './agent/agent.js';
+export type { CompactionOptions } from './agent/compaction.js';
 export type { AgentOptions, RunOptions, RunResult, RunUsage, RunBounds } from './agent/agent.js';
 export type { RetryOptions } from './agent/provider-request.js';
 export { tool } from './agent/tool.js';

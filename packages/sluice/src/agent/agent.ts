@@ -1,6 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { runAgentLoop, type AgentMessage, type AgentTool } from '@mariozechner/pi-agent-core';
-import type { AssistantMessage, Message, TextContent } from '@mariozechner/pi-ai';
+import {
+  validateToolArguments,
+  type AssistantMessage,
+  type Message,
+  type TextContent,
+  type ToolCall,
+} from '@mariozechner/pi-ai';
 import { ConcurrencyConfigError } from '../concurrency/errors.js';
 import type { ConcurrencyEventListener } from '../concurrency/events.js';
 import type { ConcurrencyLimiter } from '../concurrency/limiter.js';
@@ -9,7 +15,8 @@ import { RunTimeoutError } from './errors.js';
 import { createProviderRequest, type RetryOptions } from './provider-request.js';
 import { runScope, type RunScope } from './scope.js';
 import { Semaphore } from './semaphore.js';
-import type { Tool } from './tool.js';
+import type { JsonSchema, Tool } from './tool.js';
+import { compactMessages, type CompactionOptions } from './compaction.js';
 
 /** Bounds on what one run may do. */
 export interface RunBounds {
@@ -33,6 +40,14 @@ export interface AgentOptions<W extends string> {
   events?: { onConcurrency?: ConcurrencyEventListener };
   bounds?: RunBounds;
   retry?: RetryOptions;
+  /**
+   * Corrective turns allowed in a run: after a call to an unknown tool, arguments that fail a
+   * tool's schema, or a final answer that fails `run({ schema })`. Each is a provider request
+   * with its own slot. @default 2
+   */
+  maxRepairs?: number;
+  /** Summarise older messages when the conversation grows too large (or the provider says so). */
+  compaction?: CompactionOptions;
 }
 
 export interface RunOptions<W extends string> {
@@ -43,6 +58,8 @@ export interface RunOptions<W extends string> {
   /** A workload of the agent's limiter for this run. */
   concurrency?: { workload: W };
   events?: { onConcurrency?: ConcurrencyEventListener };
+  /** JSON Schema the final answer must match, as JSON; the parsed value is `result.data`. */
+  schema?: JsonSchema;
 }
 
 export interface RunUsage {
@@ -54,12 +71,14 @@ export interface RunUsage {
   requests: number;
 }
 
-export interface RunResult {
+export interface RunResult<T = unknown> {
   text: string;
   /** The conversation of this run: the prompt, the assistant turns and the tool results. */
   messages: unknown[];
   usage: RunUsage;
   runId: string;
+  /** The final answer parsed and checked against `run({ schema })`; undefined without a schema. */
+  data: T;
 }
 
 const defaults = Object.freeze({
@@ -67,7 +86,20 @@ const defaults = Object.freeze({
   maxRetries: 3,
   baseDelayMs: 500,
   maxDelayMs: 30_000,
+  maxRepairs: 2,
 });
+
+/** The model kept answering in a form the run cannot use, past `maxRepairs` corrective turns. */
+export class RepairLimitError extends Error {
+  override readonly name = 'RepairLimitError';
+  constructor(
+    readonly runId: string,
+    readonly repairs: number,
+    readonly lastProblem: string,
+  ) {
+    super(`Run ${runId} gave up after ${repairs} corrective turns: ${lastProblem}`);
+  }
+}
 
 function textOf(message: AssistantMessage | undefined): string {
   if (!message) return '';
@@ -75,6 +107,12 @@ function textOf(message: AssistantMessage | undefined): string {
     .filter((c): c is TextContent => c.type === 'text')
     .map((c) => c.text)
     .join('');
+}
+
+/** Models often wrap JSON in a Markdown fence; take what is inside. */
+function stripFence(text: string): string {
+  const match = /^\s*```(?:json)?\s*\n([\s\S]*?)\n?```\s*$/.exec(text);
+  return match ? match[1]! : text;
 }
 
 function toolResultContent(value: unknown): TextContent[] {
@@ -125,8 +163,8 @@ export class Agent<W extends string = never> {
   }
 
   /** Runs the agent to its final answer. */
-  async run(options: RunOptions<W>): Promise<RunResult> {
-    return this.#start(options, undefined);
+  async run<T = unknown>(options: RunOptions<W>): Promise<RunResult<T>> {
+    return this.#start(options, undefined) as Promise<RunResult<T>>;
   }
 
   /**
@@ -235,7 +273,7 @@ export class Agent<W extends string = never> {
       ],
     };
     try {
-      return await runScope.run(scope, () => this.#run(scope, options.prompt, onText));
+      return await runScope.run(scope, () => this.#run(scope, options, onText));
     } finally {
       for (const cleanup of cleanups) cleanup();
     }
@@ -243,9 +281,10 @@ export class Agent<W extends string = never> {
 
   async #run(
     scope: RunScope,
-    prompt: string,
+    options: RunOptions<W>,
     onText: ((delta: string) => void) | undefined,
   ): Promise<RunResult> {
+    const prompt = options.prompt;
     let failure: Error | undefined;
     let requests = 0;
     const semaphore = new Semaphore(this.#bounds.maxParallelToolCalls);
@@ -297,7 +336,56 @@ export class Agent<W extends string = never> {
       turnTimeoutMs: this.#bounds.turnTimeoutMs,
       fail: (error) => (failure ??= error),
       onRequest: () => requests++,
+      // The provider says the conversation is too long: summarise it for the retried request,
+      // and compact the run's own conversation before its next turn.
+      onOverflow: async (context) => {
+        compactNext = true;
+        return { ...context, messages: (await summarize(context.messages as AgentMessage[])) as Message[] };
+      },
     });
+
+    const maxRepairs = this.#options.maxRepairs ?? defaults.maxRepairs;
+    let repairs = 0;
+    let repairFailure: RepairLimitError | undefined;
+    let data: unknown;
+    let lastAssistant: AssistantMessage | undefined;
+    const known = new Map(tools.map((t) => [t.name, t]));
+    // What is wrong with a turn's tool calls, if anything: an unknown tool or arguments that
+    // fail its schema. The loop answers each with an error result, which is the correction.
+    const toolCallProblem = (message: AssistantMessage): string | undefined => {
+      for (const call of message.content.filter((c): c is ToolCall => c.type === 'toolCall')) {
+        const t = known.get(call.name);
+        if (!t) return `unknown tool \`${call.name}\``;
+        try {
+          validateToolArguments(t, call);
+        } catch (error) {
+          return `arguments of \`${call.name}\` do not match its schema: ${(error as Error).message}`;
+        }
+      }
+      return undefined;
+    };
+    const countRepair = (problem: string): boolean => {
+      if (repairs >= maxRepairs) {
+        repairFailure ??= new RepairLimitError(scope.runId, repairs, problem);
+        return false;
+      }
+      repairs++;
+      return true;
+    };
+
+    const compaction = this.#options.compaction;
+    let compactNext = false;
+    const summarize = async (messages: AgentMessage[]) =>
+      compactMessages(messages as Message[], {
+        keepLast: compaction?.keepLast,
+        summarize: async (summaryContext) => {
+          const message = await streamFn(this.#model, summaryContext, {}).result();
+          if (message.stopReason === 'error' || message.stopReason === 'aborted') {
+            throw failure ?? new Error(message.errorMessage ?? 'the summary request failed');
+          }
+          return textOf(message);
+        },
+      });
 
     const prompts: AgentMessage[] = [{ role: 'user', content: prompt, timestamp: Date.now() }];
     const messages = await runAgentLoop(
@@ -307,8 +395,58 @@ export class Agent<W extends string = never> {
         model: this.#model,
         convertToLlm: (m) => m as Message[],
         toolExecution: 'parallel',
+        transformContext: async (current) => {
+          const tooLarge =
+            compaction?.maxChars !== undefined && JSON.stringify(current).length > compaction.maxChars;
+          if (!tooLarge && !compactNext) return current;
+          compactNext = false;
+          try {
+            return (await summarize(current)) as AgentMessage[];
+          } catch (error) {
+            failure ??= error as Error;
+            return current;
+          }
+        },
+        shouldStopAfterTurn: ({ message }) => {
+          if (failure) return true;
+          const problem =
+            (message as AssistantMessage).role === 'assistant'
+              ? toolCallProblem(message as AssistantMessage)
+              : undefined;
+          return problem !== undefined && !countRepair(problem);
+        },
+        getFollowUpMessages: async () => {
+          // The final answer: with a schema, it must be JSON that matches it.
+          if (!options.schema || failure || !lastAssistant || lastAssistant.stopReason !== 'stop') return [];
+          const text = textOf(lastAssistant);
+          let problem: string;
+          try {
+            data = validateToolArguments(
+              { name: 'answer', description: 'the final answer', parameters: options.schema as never },
+              { type: 'toolCall', id: 'answer', name: 'answer', arguments: JSON.parse(stripFence(text)) },
+            );
+            return [];
+          } catch (error) {
+            problem =
+              error instanceof SyntaxError
+                ? `the answer is not JSON (${error.message})`
+                : (error as Error).message;
+          }
+          data = undefined;
+          if (!countRepair(`final answer: ${problem}`)) return [];
+          return [
+            {
+              role: 'user',
+              content: `Your answer cannot be used: ${problem}. Reply with only a JSON value that matches this JSON Schema: ${JSON.stringify(options.schema)}`,
+              timestamp: Date.now(),
+            },
+          ];
+        },
       },
       (event) => {
+        if (event.type === 'message_end' && (event.message as Message).role === 'assistant') {
+          lastAssistant = event.message as AssistantMessage;
+        }
         if (onText && event.type === 'message_update' && event.assistantMessageEvent.type === 'text_delta') {
           onText(event.assistantMessageEvent.delta);
         }
@@ -316,6 +454,7 @@ export class Agent<W extends string = never> {
       scope.signal,
       streamFn,
     );
+    if (repairFailure && !failure) failure = repairFailure;
     if (failure) throw failure;
     if (scope.signal.aborted) throw scope.signal.reason;
     const assistants = messages.filter((m): m is AssistantMessage => (m as Message).role === 'assistant');
@@ -331,7 +470,7 @@ export class Agent<W extends string = never> {
       }),
       { input: 0, output: 0, totalTokens: 0, cost: 0, requests },
     );
-    return { text: textOf(last), messages, usage, runId: scope.runId };
+    return { text: textOf(last), messages, usage, runId: scope.runId, data };
   }
 }
 

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import {
   createAssistantMessageEventStream,
+  isContextOverflow,
   streamSimple,
   type Api,
   type AssistantMessage,
@@ -34,6 +35,8 @@ export interface ProviderRequestOptions {
   readonly turnTimeoutMs: number | undefined;
   /** Where a failure that ends the run is recorded, for `run()` to throw. */
   readonly fail: (error: Error) => void;
+  /** The provider says the context is too long: returns a smaller context to retry with. */
+  readonly onOverflow?: (context: Context) => Promise<Context>;
   /** Called once per provider request actually sent (tests, metrics). */
   readonly onRequest?: (info: { requestId: string; attempt: number; credential: number }) => void;
 }
@@ -120,6 +123,7 @@ export function createProviderRequest(options: ProviderRequestOptions) {
 
     void (async () => {
       let credential = 0;
+      let compacted = false;
       for (let attempt = 0; ; attempt++) {
         if (scope.signal.aborted)
           return finish(errorMessageOf(model, String(scope.signal.reason), 'aborted'));
@@ -216,6 +220,18 @@ export function createProviderRequest(options: ProviderRequestOptions) {
           return finish({ ...final, stopReason: 'error', errorMessage: error.message });
         }
 
+        if (!compacted && options.onOverflow && isContextOverflow(final, model.contextWindow)) {
+          // Once per turn: summarise and send again, as a new request with a new slot.
+          compacted = true;
+          try {
+            context = await options.onOverflow(context);
+          } catch (error) {
+            options.fail(error as Error);
+            return finish({ ...final, errorMessage: (error as Error).message });
+          }
+          attempt--;
+          continue;
+        }
         const text = final.errorMessage ?? 'provider error';
         // The SDKs put the HTTP status first in their error messages ("429 Too many requests").
         status ??= /^(\d{3})\b/.exec(text) ? Number(/^(\d{3})\b/.exec(text)![1]) : undefined;
