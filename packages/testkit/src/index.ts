@@ -1,6 +1,7 @@
 /**
  * `@sluice/testkit`: a model provider on 127.0.0.1 for tests, demos and benchmarks. It speaks
- * the OpenAI chat-completions wire protocol (streaming and not, tool calls included), replies
+ * the OpenAI chat-completions and Anthropic messages wire protocols (streaming and not, tool
+ * calls included), replies
  * as a script says, injects faults (an HTTP error with retry-after, a dropped connection, a
  * stalled stream), and counts the requests in flight exactly, so a test can check a limit
  * where it matters: at the provider.

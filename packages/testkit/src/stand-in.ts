@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { fromAnthropic, respondAnthropic } from './anthropic.js';
 
 /** What the stand-in answers to one request. */
 export type Reply =
@@ -18,10 +19,15 @@ export type Reply =
   /** The stream starts, then nothing more comes until the client gives up. */
   | { stall: true };
 
-/** A request as the responder sees it. */
+/**
+ * A request as the responder sees it. Both protocols are shown in the OpenAI shape: the
+ * system prompt as a `system` message, tool results as `tool` messages.
+ */
 export interface StandInRequest {
   /** 1 for the first request the stand-in received, and so on. */
   readonly index: number;
+  /** Which wire protocol the request came in. */
+  readonly api: 'openai-completions' | 'anthropic-messages';
   readonly model: string;
   readonly messages: readonly {
     role: string;
@@ -62,6 +68,8 @@ export interface StandInOptions {
 export interface ProviderStandIn {
   /** Base URL for an OpenAI-compatible client, e.g. `http://127.0.0.1:40123/v1`. */
   readonly url: string;
+  /** Base URL for an Anthropic client (it adds `/v1/messages`), e.g. `http://127.0.0.1:40123`. */
+  readonly anthropicUrl: string;
   readonly port: number;
   /** Requests whose response is not finished and whose connection is open. */
   readonly inFlight: number;
@@ -121,7 +129,12 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
   });
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    if (req.method !== 'POST' || !req.url?.endsWith('/chat/completions')) {
+    const protocol = req.url?.endsWith('/chat/completions')
+      ? 'openai'
+      : req.url?.endsWith('/v1/messages')
+        ? 'anthropic'
+        : undefined;
+    if (req.method !== 'POST' || !protocol) {
       res.writeHead(404, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ error: { message: `no route ${req.method} ${req.url}`, type: 'not_found' } }));
       return;
@@ -159,11 +172,23 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
     const auth = req.headers.authorization;
     const request: StandInRequest = {
       index,
+      api: protocol === 'openai' ? 'openai-completions' : 'anthropic-messages',
       model: String(body.model ?? ''),
-      messages: (body.messages as StandInRequest['messages']) ?? [],
-      tools: (body.tools as StandInRequest['tools']) ?? [],
+      messages:
+        protocol === 'openai' ? ((body.messages as StandInRequest['messages']) ?? []) : fromAnthropic(body),
+      tools:
+        protocol === 'openai'
+          ? ((body.tools as StandInRequest['tools']) ?? [])
+          : ((body.tools as { name?: string }[] | undefined) ?? []).map((t) => ({
+              function: { name: t.name },
+            })),
       stream: body.stream === true,
-      apiKey: auth?.startsWith('Bearer ') ? auth.slice(7) : undefined,
+      apiKey:
+        protocol === 'openai'
+          ? auth?.startsWith('Bearer ')
+            ? auth.slice(7)
+            : undefined
+          : (req.headers['x-api-key'] as string | undefined),
       body,
     };
     Object.assign(record, {
@@ -177,7 +202,9 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
     await sleep(latency);
     if (res.destroyed) return;
     const answer = await reply(request);
-    await respond(request, answer, res, record);
+    if (request.api === 'anthropic-messages')
+      await respondAnthropic(request, answer, res, record, options.chunkDelayMs ?? 0);
+    else await respond(request, answer, res, record);
   }
 
   async function respond(request: StandInRequest, answer: Reply, res: ServerResponse, record: RequestRecord) {
@@ -294,6 +321,7 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
   const port = (server.address() as AddressInfo).port;
   return {
     url: `http://127.0.0.1:${port}/v1`,
+    anthropicUrl: `http://127.0.0.1:${port}`,
     port,
     get inFlight() {
       return inFlight;

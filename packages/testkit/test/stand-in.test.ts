@@ -98,3 +98,32 @@ describe('provider stand-in, driven by the openai client', () => {
     expect(outcome).toBe('failed');
   });
 });
+
+describe('provider stand-in, Anthropic messages protocol', () => {
+  it('answers a non-streaming request with text and tool use, and errors in the Anthropic shape', async () => {
+    const p = await standIn({
+      reply: replies(
+        { toolCalls: [{ name: 'lookup', arguments: { q: 'x' } }], text: 'let me look' },
+        { status: 529 },
+      ),
+    });
+    const post = () =>
+      fetch(`${p.anthropicUrl}/v1/messages`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-api-key': 'ak' },
+        body: JSON.stringify({
+          model: 'claude',
+          max_tokens: 10,
+          system: 'sys',
+          messages: [{ role: 'user', content: 'hi' }],
+        }),
+      });
+    const first = (await (await post()).json()) as { content: { type: string }[]; stop_reason: string };
+    expect(first.content.map((c) => c.type)).toEqual(['text', 'tool_use']);
+    expect(first.stop_reason).toBe('tool_use');
+    const second = await post();
+    expect(second.status).toBe(529);
+    expect(await second.json()).toMatchObject({ type: 'error', error: { type: 'overloaded_error' } });
+    expect(p.requests.map((r) => r.apiKey)).toEqual(['ak', 'ak']);
+  });
+});

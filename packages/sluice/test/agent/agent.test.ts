@@ -41,6 +41,39 @@ describe('agent runs against the provider stand-in over HTTP', () => {
     expect(p.requests[0]).toMatchObject({ apiKey: 'test-key', stream: true, done: true });
   });
 
+  it('runs on the Anthropic messages protocol too, tool calls included', async () => {
+    const p = await provider({
+      reply: toolThenAnswer(() => [{ name: 'lookup', arguments: { q: 'tides' } }]),
+    });
+    const limiter = createConcurrencyLimiter({ maxConcurrent: 1 });
+    const agent = createAgent({
+      model: {
+        api: 'anthropic-messages',
+        provider: 'stand-in',
+        id: 'claude-stand-in',
+        baseUrl: p.anthropicUrl,
+      },
+      credentials: { apiKey: 'anthropic-key' },
+      instructions: 'Be brief.',
+      concurrency: { limiter },
+      tools: [
+        tool<{ q: string }>({
+          name: 'lookup',
+          description: 'Look something up',
+          parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] },
+          execute: ({ q }) => `high tide for ${q}`,
+        }),
+      ],
+    });
+    const result = await agent.run({ prompt: 'when?' });
+    expect(result.text).toBe('Done: high tide for tides');
+    expect(p.requests.map((r) => [r.apiKey, r.done])).toEqual([
+      ['anthropic-key', true],
+      ['anthropic-key', true],
+    ]);
+    expect(p.peakInFlight).toBe(1);
+  });
+
   it('stream() gives the text as it arrives, and the same result as run()', async () => {
     const p = await provider({ reply: () => ({ text: 'a reply long enough to come in several chunks' }) });
     const agent = createAgent({ model: model(p), credentials });

@@ -1,0 +1,182 @@
+import type { ServerResponse } from 'node:http';
+import type { Reply, RequestRecord, StandInRequest } from './stand-in.js';
+
+type Block = {
+  type: string;
+  text?: string;
+  content?: unknown;
+  tool_use_id?: string;
+  id?: string;
+  name?: string;
+  input?: unknown;
+};
+
+/** An Anthropic Messages request body, seen in the OpenAI shape the responders use. */
+export function fromAnthropic(body: Record<string, unknown>): StandInRequest['messages'] {
+  const out: { role: string; content?: unknown; tool_call_id?: string; tool_calls?: unknown[] }[] = [];
+  const system = body.system;
+  if (system !== undefined) {
+    const text = typeof system === 'string' ? system : (system as Block[]).map((b) => b.text ?? '').join('');
+    out.push({ role: 'system', content: text });
+  }
+  for (const m of (body.messages as { role: string; content: string | Block[] }[] | undefined) ?? []) {
+    if (typeof m.content === 'string') {
+      out.push({ role: m.role, content: m.content });
+      continue;
+    }
+    const text = m.content
+      .filter((b) => b.type === 'text')
+      .map((b) => b.text ?? '')
+      .join('');
+    const toolUses = m.content.filter((b) => b.type === 'tool_use');
+    const results = m.content.filter((b) => b.type === 'tool_result');
+    for (const r of results) {
+      const content =
+        typeof r.content === 'string'
+          ? r.content
+          : ((r.content as Block[]) ?? []).map((b) => b.text ?? '').join('');
+      out.push({ role: 'tool', content, tool_call_id: r.tool_use_id });
+    }
+    if (text || toolUses.length > 0 || results.length === 0) {
+      out.push({
+        role: m.role,
+        content: text,
+        ...(toolUses.length
+          ? { tool_calls: toolUses.map((t) => ({ id: t.id, function: { name: t.name } })) }
+          : {}),
+      });
+    }
+  }
+  return out;
+}
+
+const sleep = (ms: number) => (ms > 0 ? new Promise((r) => setTimeout(r, ms)) : Promise.resolve());
+
+/** Writes a reply in the Anthropic Messages wire protocol. */
+export async function respondAnthropic(
+  request: StandInRequest,
+  answer: Reply,
+  res: ServerResponse,
+  record: RequestRecord,
+  chunkDelayMs: number,
+): Promise<void> {
+  if ('drop' in answer && answer.drop === 'before-response') {
+    res.socket?.destroy();
+    return;
+  }
+  if ('status' in answer) {
+    record.status = answer.status;
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    if (answer.retryAfterSeconds !== undefined) headers['retry-after'] = String(answer.retryAfterSeconds);
+    const type =
+      answer.status === 429
+        ? 'rate_limit_error'
+        : answer.status === 529
+          ? 'overloaded_error'
+          : answer.status >= 500
+            ? 'api_error'
+            : 'invalid_request_error';
+    res.writeHead(answer.status, headers);
+    record.done = true;
+    res.end(
+      JSON.stringify({
+        type: 'error',
+        error: { type, message: answer.message ?? `stand-in error ${answer.status}` },
+      }),
+    );
+    return;
+  }
+  const id = `msg_${request.index}`;
+  const text = 'text' in answer ? (answer.text ?? '') : '';
+  const toolUses =
+    'toolCalls' in answer
+      ? answer.toolCalls.map((c, i) => ({
+          type: 'tool_use',
+          id: c.id ?? `toolu_${request.index}_${i}`,
+          name: c.name,
+          input: c.arguments ?? {},
+        }))
+      : [];
+  const usage =
+    'usage' in answer && answer.usage
+      ? answer.usage
+      : { input: JSON.stringify(request.messages).length >> 2, output: Math.max(1, text.length >> 2) };
+  const stopReason = toolUses.length > 0 ? 'tool_use' : 'end_turn';
+  record.status = 200;
+
+  if (!request.stream) {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    record.done = true;
+    res.end(
+      JSON.stringify({
+        id,
+        type: 'message',
+        role: 'assistant',
+        model: request.model,
+        content: [...(text ? [{ type: 'text', text }] : []), ...toolUses],
+        stop_reason: stopReason,
+        stop_sequence: null,
+        usage: { input_tokens: usage.input, output_tokens: usage.output },
+      }),
+    );
+    return;
+  }
+
+  res.writeHead(200, {
+    'content-type': 'text/event-stream',
+    'cache-control': 'no-cache',
+    connection: 'keep-alive',
+  });
+  const send = async (event: string, data: Record<string, unknown>) => {
+    if (res.destroyed) return;
+    res.write(`event: ${event}\ndata: ${JSON.stringify({ type: event, ...data })}\n\n`);
+    await sleep(chunkDelayMs);
+  };
+  await send('message_start', {
+    message: {
+      id,
+      type: 'message',
+      role: 'assistant',
+      model: request.model,
+      content: [],
+      stop_reason: null,
+      stop_sequence: null,
+      usage: { input_tokens: usage.input, output_tokens: 1 },
+    },
+  });
+  if ('stall' in answer) return;
+  let index = 0;
+  if (text || 'drop' in answer) {
+    await send('content_block_start', { index, content_block: { type: 'text', text: '' } });
+    if ('drop' in answer) {
+      await send('content_block_delta', { index, delta: { type: 'text_delta', text: 'This answer is cut' } });
+      await new Promise<void>((resolve) => res.write('', () => setTimeout(resolve, 5)));
+      res.socket?.destroy();
+      return;
+    }
+    for (const piece of text.match(/.{1,16}/gs) ?? []) {
+      await send('content_block_delta', { index, delta: { type: 'text_delta', text: piece } });
+    }
+    await send('content_block_stop', { index });
+    index++;
+  }
+  for (const use of toolUses) {
+    await send('content_block_start', {
+      index,
+      content_block: { type: 'tool_use', id: use.id, name: use.name, input: {} },
+    });
+    await send('content_block_delta', {
+      index,
+      delta: { type: 'input_json_delta', partial_json: JSON.stringify(use.input) },
+    });
+    await send('content_block_stop', { index });
+    index++;
+  }
+  await send('message_delta', {
+    delta: { stop_reason: stopReason, stop_sequence: null },
+    usage: { output_tokens: usage.output },
+  });
+  if (res.destroyed) return;
+  record.done = true;
+  res.end(`event: message_stop\ndata: ${JSON.stringify({ type: 'message_stop' })}\n\n`);
+}
