@@ -292,7 +292,7 @@ export class Agent<W extends string = never> {
       name: t.name,
       label: t.name,
       description: t.description,
-      parameters: t.parameters as AgentTool['parameters'],
+      parameters: t.jsonSchema as AgentTool['parameters'],
       execute: (toolCallId, params, signal) =>
         semaphore.run(async () => {
           const signals = [signal ?? scope.signal];

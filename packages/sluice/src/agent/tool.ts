@@ -6,14 +6,21 @@ export interface ToolContext {
   readonly toolCallId: string;
 }
 
+import { createRequire } from 'node:module';
+
 /** A JSON Schema object (a TypeBox schema is one too). */
 export type JsonSchema = Record<string, unknown>;
+
+/** A schema of a Standard Schema library (zod 4), whose output type becomes the arguments' type. */
+export interface StandardSchemaLike<Output> {
+  readonly '~standard': { readonly vendor: string; readonly types?: { readonly output: Output } };
+}
 
 export interface ToolDefinition<Args = Record<string, unknown>> {
   name: string;
   description: string;
-  /** JSON Schema of the arguments (TypeBox schemas work as they are). */
-  parameters: JsonSchema;
+  /** JSON Schema of the arguments (TypeBox schemas work as they are), or a zod schema. */
+  parameters: JsonSchema | StandardSchemaLike<Args>;
   /**
    * Runs the tool. Returns a string, or any JSON value, which the model sees as the result.
    * Throwing gives the model an error result. Calling another agent's `run()` here starts a
@@ -24,6 +31,24 @@ export interface ToolDefinition<Args = Record<string, unknown>> {
 
 export interface Tool<Args = Record<string, unknown>> extends ToolDefinition<Args> {
   readonly kind: 'sluice-tool';
+  /** The arguments' schema as JSON Schema, whatever form it was given in. */
+  readonly jsonSchema: JsonSchema;
+}
+
+const require = createRequire(import.meta.url);
+
+/** JSON Schema for the model and for validation; a zod schema is converted with zod's own converter. */
+function toJsonSchema(name: string, parameters: JsonSchema | StandardSchemaLike<unknown>): JsonSchema {
+  const standard = (parameters as StandardSchemaLike<unknown>)['~standard'];
+  if (standard === undefined) return parameters as JsonSchema;
+  if (standard.vendor !== 'zod') {
+    throw new TypeError(
+      `Expected \`tool.parameters\` of \`${name}\` to be JSON Schema, TypeBox or zod, got a ${standard.vendor} schema`,
+    );
+  }
+  const zod = require('zod') as { toJSONSchema(schema: unknown, options?: object): JsonSchema };
+  const { $schema: _ignored, ...schema } = zod.toJSONSchema(parameters, { io: 'input' });
+  return schema;
 }
 
 const namePattern = /^[a-zA-Z0-9_-]{1,64}$/;
@@ -54,5 +79,9 @@ export function tool<Args = Record<string, unknown>>(definition: ToolDefinition<
   if (typeof definition.execute !== 'function') {
     throw new TypeError(`Expected \`tool.execute\` of \`${definition.name}\` to be a function`);
   }
-  return { ...definition, kind: 'sluice-tool' };
+  return {
+    ...definition,
+    kind: 'sluice-tool',
+    jsonSchema: toJsonSchema(definition.name, definition.parameters),
+  };
 }

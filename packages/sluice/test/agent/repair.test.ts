@@ -141,3 +141,42 @@ describe('compaction', () => {
     expect(acquired()).toBe(3);
   });
 });
+
+describe('zod schemas for tools', () => {
+  it('a zod schema types the arguments, is sent as JSON Schema, and validates the calls', async () => {
+    const { z } = await import('zod');
+    const seen: number[] = [];
+    const p = await startProviderStandIn({
+      reply: replies(
+        { toolCalls: [{ name: 'double', arguments: { n: 'not a number' } }] },
+        {
+          toolCalls: [{ name: 'double', arguments: { n: 21 } }],
+        },
+        { text: 'done' },
+      ),
+    });
+    standIns.push(p);
+    const double = tool({
+      name: 'double',
+      description: 'Doubles a number',
+      parameters: z.object({ n: z.number() }),
+      execute: ({ n }) => {
+        seen.push(n);
+        return n * 2;
+      },
+    });
+    expect(double.jsonSchema).toMatchObject({
+      type: 'object',
+      properties: { n: { type: 'number' } },
+      required: ['n'],
+    });
+    const agent = createAgent({
+      model: { api: 'openai-completions', provider: 'stand-in', id: 'm', baseUrl: p.url },
+      credentials: { apiKey: 'k' },
+      tools: [double],
+    });
+    expect((await agent.run({ prompt: 'go' })).text).toBe('done');
+    // The bad call never reached execute; it was a repair turn.
+    expect(seen).toEqual([21]);
+  });
+});
