@@ -235,7 +235,12 @@ export function createProviderRequest(options: ProviderRequestOptions) {
         const text = final.errorMessage ?? 'provider error';
         // The SDKs put the HTTP status first in their error messages ("429 Too many requests").
         status ??= /^(\d{3})\b/.exec(text) ? Number(/^(\d{3})\b/.exec(text)![1]) : undefined;
-        retryAfter ??= /retry[- ]after[^0-9]*(\d+(?:\.\d+)?)/i.exec(text)?.[1];
+        // The headers of an error response do not reach us through pi-ai; providers often
+        // repeat the wait in the message ("Please try again in 2.5s", "retry after 3").
+        const hinted = /(?:try again in|retry[- ]after)[^0-9]*(\d+(?:\.\d+)?)\s*(ms|s)?/i.exec(text);
+        if (hinted && retryAfter === undefined) {
+          retryAfter = String(hinted[2] === 'ms' ? Number(hinted[1]) / 1000 : Number(hinted[1]));
+        }
         const authFailure = status === 401 || status === 403;
         const rateLimited = status === 429;
         const transient =

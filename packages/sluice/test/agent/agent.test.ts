@@ -183,6 +183,27 @@ describe('agent runs against the provider stand-in over HTTP', () => {
     ).toEqual(['failed', 'completed']);
   });
 
+  it('a wait the provider names in its error message is honoured before the retry', async () => {
+    const p = await provider({
+      reply: replies(
+        { status: 429, message: 'Rate limit reached. Please try again in 300ms.' },
+        { text: 'ok' },
+      ),
+    });
+    const times: number[] = [];
+    const agent = createAgent({
+      model: model(p),
+      credentials,
+      retry: { baseDelayMs: 1 },
+      concurrency: { limiter: createConcurrencyLimiter({ maxConcurrent: 1 }) },
+      events: { onConcurrency: (e) => e.type === 'wait-started' && times.push(e.at) },
+    });
+    await agent.run({ prompt: 'hi' });
+    expect(times).toHaveLength(2);
+    // Not before the named wait: the backoff alone would be at most 1 ms.
+    expect(times[1]! - times[0]!).toBeGreaterThanOrEqual(300);
+  });
+
   it('credential fallback: the next key after an authentication failure, as a new request with a new slot', async () => {
     const p = await provider({
       reply: (r) => (r.apiKey === 'bad' ? { status: 401 } : { text: `hello from ${r.apiKey}` }),
