@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import type { Reply, RequestRecord, StandInRequest } from './stand-in.js';
+import { cutAfterFlush, sendJson, usageOf, writeFault } from './wire.js';
 
 type Block = {
   type: string;
@@ -60,30 +61,20 @@ export async function respondAnthropic(
   record: RequestRecord,
   chunkDelayMs: number,
 ): Promise<void> {
-  if ('drop' in answer && answer.drop === 'before-response') {
-    res.socket?.destroy();
-    return;
-  }
-  if ('status' in answer) {
-    record.status = answer.status;
-    const headers: Record<string, string> = { 'content-type': 'application/json' };
-    if (answer.retryAfterSeconds !== undefined) headers['retry-after'] = String(answer.retryAfterSeconds);
-    const type =
-      answer.status === 429
-        ? 'rate_limit_error'
-        : answer.status === 529
-          ? 'overloaded_error'
-          : answer.status >= 500
-            ? 'api_error'
-            : 'invalid_request_error';
-    res.writeHead(answer.status, headers);
-    record.done = true;
-    res.end(
-      JSON.stringify({
-        type: 'error',
-        error: { type, message: answer.message ?? `stand-in error ${answer.status}` },
-      }),
-    );
+  const errorType = (status: number) =>
+    status === 429
+      ? 'rate_limit_error'
+      : status === 529
+        ? 'overloaded_error'
+        : status >= 500
+          ? 'api_error'
+          : 'invalid_request_error';
+  if (
+    writeFault(answer, res, record, (status, message) => ({
+      type: 'error',
+      error: { type: errorType(status), message },
+    }))
+  ) {
     return;
   }
   const id = `msg_${request.index}`;
@@ -97,28 +88,21 @@ export async function respondAnthropic(
           input: c.arguments ?? {},
         }))
       : [];
-  const usage =
-    'usage' in answer && answer.usage
-      ? answer.usage
-      : { input: JSON.stringify(request.messages).length >> 2, output: Math.max(1, text.length >> 2) };
+  const usage = usageOf(answer, request, text);
   const stopReason = toolUses.length > 0 ? 'tool_use' : 'end_turn';
   record.status = 200;
 
   if (!request.stream) {
-    res.writeHead(200, { 'content-type': 'application/json' });
-    record.done = true;
-    res.end(
-      JSON.stringify({
-        id,
-        type: 'message',
-        role: 'assistant',
-        model: request.model,
-        content: [...(text ? [{ type: 'text', text }] : []), ...toolUses],
-        stop_reason: stopReason,
-        stop_sequence: null,
-        usage: { input_tokens: usage.input, output_tokens: usage.output },
-      }),
-    );
+    sendJson(res, record, 200, {
+      id,
+      type: 'message',
+      role: 'assistant',
+      model: request.model,
+      content: [...(text ? [{ type: 'text', text }] : []), ...toolUses],
+      stop_reason: stopReason,
+      stop_sequence: null,
+      usage: { input_tokens: usage.input, output_tokens: usage.output },
+    });
     return;
   }
 
@@ -150,8 +134,7 @@ export async function respondAnthropic(
     await send('content_block_start', { index, content_block: { type: 'text', text: '' } });
     if ('drop' in answer) {
       await send('content_block_delta', { index, delta: { type: 'text_delta', text: 'This answer is cut' } });
-      await new Promise<void>((resolve) => res.write('', () => setTimeout(resolve, 5)));
-      res.socket?.destroy();
+      await cutAfterFlush(res);
       return;
     }
     for (const piece of text.match(/.{1,16}/gs) ?? []) {

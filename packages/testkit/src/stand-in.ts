@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { fromAnthropic, respondAnthropic } from './anthropic.js';
+import { cutAfterFlush, sendJson, usageOf, writeFault } from './wire.js';
 
 /** What the stand-in answers to one request. */
 export type Reply =
@@ -208,25 +209,11 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
   }
 
   async function respond(request: StandInRequest, answer: Reply, res: ServerResponse, record: RequestRecord) {
-    if ('drop' in answer && answer.drop === 'before-response') {
-      res.socket?.destroy();
-      return;
-    }
-    if ('status' in answer) {
-      record.status = answer.status;
-      const headers: Record<string, string> = { 'content-type': 'application/json' };
-      if (answer.retryAfterSeconds !== undefined) headers['retry-after'] = String(answer.retryAfterSeconds);
-      res.writeHead(answer.status, headers);
-      record.done = true;
-      res.end(
-        JSON.stringify({
-          error: {
-            message: answer.message ?? `stand-in error ${answer.status}`,
-            type: 'stand_in_error',
-            code: null,
-          },
-        }),
-      );
+    if (
+      writeFault(answer, res, record, (_, message) => ({
+        error: { message, type: 'stand_in_error', code: null },
+      }))
+    ) {
       return;
     }
     const id = `chatcmpl-${request.index}`;
@@ -240,10 +227,7 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
             function: { name: c.name, arguments: JSON.stringify(c.arguments ?? {}) },
           }))
         : [];
-    const usage =
-      'usage' in answer && answer.usage
-        ? answer.usage
-        : { input: JSON.stringify(request.messages).length >> 2, output: Math.max(1, text.length >> 2) };
+    const usage = usageOf(answer, request, text);
     const finish = toolCalls.length > 0 ? 'tool_calls' : 'stop';
     const usageBody = {
       prompt_tokens: usage.input,
@@ -253,28 +237,24 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
 
     record.status = 200;
     if (!request.stream) {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      record.done = true;
-      res.end(
-        JSON.stringify({
-          id,
-          object: 'chat.completion',
-          created,
-          model: request.model,
-          choices: [
-            {
-              index: 0,
-              message: {
-                role: 'assistant',
-                content: text || null,
-                ...(toolCalls.length ? { tool_calls: toolCalls } : {}),
-              },
-              finish_reason: finish,
+      sendJson(res, record, 200, {
+        id,
+        object: 'chat.completion',
+        created,
+        model: request.model,
+        choices: [
+          {
+            index: 0,
+            message: {
+              role: 'assistant',
+              content: text || null,
+              ...(toolCalls.length ? { tool_calls: toolCalls } : {}),
             },
-          ],
-          usage: usageBody,
-        }),
-      );
+            finish_reason: finish,
+          },
+        ],
+        usage: usageBody,
+      });
       return;
     }
 
@@ -295,8 +275,7 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
     if ('drop' in answer) {
       // Some of the answer arrives, then the connection breaks.
       await send({ content: 'This answer is cut' });
-      await new Promise<void>((resolve) => res.write('', () => setTimeout(resolve, 5)));
-      res.socket?.destroy();
+      await cutAfterFlush(res);
       return;
     }
     for (const piece of text.match(/.{1,16}/gs) ?? []) await send({ content: piece });
