@@ -15,6 +15,7 @@ import { RunTimeoutError } from './errors.js';
 import type { ConcurrencyEvent } from '../concurrency/events.js';
 import { acquireSlot, type HeldSlot } from '../concurrency/slot.js';
 import type { Credential } from '../models/model.js';
+import { observeResponses } from '../models/response-observer.js';
 import type { RunScope } from './scope.js';
 
 /** Our own retries of transient provider failures. Each retry is a new request with a new slot. */
@@ -169,18 +170,22 @@ export function createProviderRequest(options: ProviderRequestOptions) {
         let status: number | undefined;
         let retryAfter: string | undefined;
         options.onRequest?.({ requestId, attempt, credential });
-        const inner = streamSimple(model, context, {
-          ...streamOptions,
-          apiKey: options.credentials[credential]?.apiKey ?? streamOptions?.apiKey,
-          signal: requestSignal,
-          // HTTP retries inside the SDK would hide provider failures from the slot
-          // accounting; ours below are new requests with new slots.
-          maxRetries: 0,
-          onResponse: (response) => {
-            status = response.status;
-            retryAfter = response.headers['retry-after'];
-          },
-        });
+        // Status and retry-after of every response, error responses included.
+        const observe = (s: number, headers: Headers) => {
+          status = s;
+          const ms = headers.get('retry-after-ms');
+          retryAfter = ms !== null ? String(Number(ms) / 1000) : (headers.get('retry-after') ?? undefined);
+        };
+        const inner = observeResponses(observe, () =>
+          streamSimple(model, context, {
+            ...streamOptions,
+            apiKey: options.credentials[credential]?.apiKey ?? streamOptions?.apiKey,
+            signal: requestSignal,
+            // HTTP retries inside the SDK would hide provider failures from the slot
+            // accounting; ours below are new requests with new slots.
+            maxRetries: 0,
+          }),
+        );
         let final: AssistantMessage | undefined;
         for await (const event of inner) {
           if (event.type === 'done') final = event.message;

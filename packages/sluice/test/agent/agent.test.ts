@@ -183,6 +183,30 @@ describe('agent runs against the provider stand-in over HTTP', () => {
     ).toEqual(['failed', 'completed']);
   });
 
+  it("a 429's retry-after header sets the wait before the retry, with no slot held meanwhile", async () => {
+    const p = await provider({ reply: replies({ status: 429, retryAfterSeconds: 1 }, { text: 'ok' }) });
+    const limiter = createConcurrencyLimiter({ maxConcurrent: 1 });
+    const events: ConcurrencyEvent[] = [];
+    const agent = createAgent({
+      model: model(p),
+      credentials,
+      retry: { baseDelayMs: 1 },
+      concurrency: { limiter },
+      events: {
+        onConcurrency: (e) => {
+          events.push(e);
+          // Between the failed attempt and the retry, the slot is free.
+          if (e.type === 'released') expect(limiter.stats().active).toBe(0);
+        },
+      },
+    });
+    await agent.run({ prompt: 'hi' });
+    const starts = events.filter((e) => e.type === 'wait-started').map((e) => e.at);
+    expect(starts).toHaveLength(2);
+    // Not before the second the provider asked for: the backoff alone would be at most 1 ms.
+    expect(starts[1]! - starts[0]!).toBeGreaterThanOrEqual(1000);
+  });
+
   it('a wait the provider names in its error message is honoured before the retry', async () => {
     const p = await provider({
       reply: replies(
