@@ -10,4 +10,5 @@ export {
 export type { PostgresConcurrencyLimiterOptions } from './postgres-limiter.js';
 export { postgresConcurrencySchemaSql, ensureSchema } from './schema.js';
 export { toDatabase, fromPgPool, fromPGlite } from './database.js';
+export { statements as splitSqlStatements, quoteIdent } from './schema.js';
 export type { Database, DatabaseInput, SqlClient, QueryResult, ListenSession } from './database.js';

@@ -1,0 +1,230 @@
+import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
+import type { SluiceConfig } from './config.js';
+import { HttpError, badRequest, notFound } from './errors.js';
+import { Executor } from './runs/executor.js';
+import { admitRun, finishRun, getRun, listRuns, present } from './runs/store.js';
+import type { ServerSettings } from './settings.js';
+import type { Store } from './store/store.js';
+import { findToken, type Principal } from './store/tokens.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal;
+  }
+}
+
+const createFields = new Set([
+  'input',
+  'class',
+  'run_at',
+  'delay_seconds',
+  'wait',
+  'metadata',
+  'callback_url',
+]);
+const statuses = new Set([
+  'scheduled',
+  'queued',
+  'running',
+  'requires_action',
+  'succeeded',
+  'failed',
+  'canceled',
+]);
+const defaultPage = 100;
+const maxPage = 1000;
+
+export interface ServerApp {
+  readonly fastify: FastifyInstance;
+  readonly executor: Executor;
+  close(): Promise<void>;
+}
+
+/** The HTTP app: routes, auth and the one error handler. Testable with `fastify.inject` or a real socket. */
+export async function createApp(options: {
+  store: Store;
+  config: SluiceConfig;
+  settings: ServerSettings;
+}): Promise<ServerApp> {
+  const { store, config, settings } = options;
+  const db = store.db;
+  const executor = new Executor(db, config.agents, settings);
+  const fastify = Fastify({ logger: false, bodyLimit: 10 * 1024 * 1024 });
+
+  fastify.setErrorHandler((error, _request, reply) => {
+    if (error instanceof HttpError) {
+      return reply.status(error.status).headers(error.headers).send(error.body());
+    }
+    const status = (error as { statusCode?: number }).statusCode;
+    if (status !== undefined && status >= 400 && status < 500) {
+      return reply
+        .status(status)
+        .send({ error: { type: 'invalid_request', message: (error as Error).message } });
+    }
+    return reply.status(500).send({ error: { type: 'internal_error', message: 'internal error' } });
+  });
+  fastify.setNotFoundHandler((request, reply) =>
+    reply
+      .status(404)
+      .send({ error: { type: 'not_found', message: `no route ${request.method} ${request.url}` } }),
+  );
+
+  fastify.get('/readyz', async () => ({ ready: true }));
+
+  const authenticate = async (request: FastifyRequest) => {
+    const header = request.headers.authorization;
+    if (!header?.startsWith('Bearer ')) {
+      throw new HttpError(401, 'authentication_required', 'Send an API token: Authorization: Bearer <token>');
+    }
+    const principal = await findToken(db, header.slice(7).trim());
+    if (!principal) throw new HttpError(401, 'authentication_required', 'Unknown or revoked API token');
+    request.principal = principal;
+  };
+
+  const caps = (who: Principal) => {
+    const quota = config.tenants?.[who.tenant]?.maxConcurrentAgentRuns;
+    const setting = settings.maxActivePerTenant;
+    // The effective cap is the smaller of the setting and the tenant's quota (0 = no cap).
+    const perTenant = quota === undefined ? setting : setting === 0 ? quota : Math.min(setting, quota);
+    return { perTenant, perProject: settings.maxActivePerProject };
+  };
+
+  await fastify.register(
+    async (api) => {
+      api.addHook('onRequest', authenticate);
+
+      api.post<{ Params: { agent: string } }>('/agents/:agent/runs', async (request, reply) => {
+        const who = request.principal;
+        if (who.role === 'read')
+          throw new HttpError(403, 'permission_denied', 'A read token cannot create runs');
+        if (!config.agents[request.params.agent]) throw notFound(`No agent \`${request.params.agent}\``);
+        const body = request.body;
+        if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+          throw badRequest('Expected a JSON object body');
+        }
+        const fields = body as Record<string, unknown>;
+        for (const key of Object.keys(fields)) {
+          if (!createFields.has(key)) throw badRequest(`Unknown field \`${key}\``, { field: key });
+        }
+        if (fields.input === undefined || fields.input === null)
+          throw badRequest('Expected `input`', { field: 'input' });
+        if (typeof fields.input !== 'string' && typeof fields.input !== 'object') {
+          throw badRequest('Expected `input` to be a string or an object', { field: 'input' });
+        }
+        if (fields.wait !== undefined && typeof fields.wait !== 'boolean') {
+          throw badRequest('Expected `wait` to be a boolean', { field: 'wait' });
+        }
+        if (fields.class !== undefined && fields.class !== 'default' && fields.class !== 'deferred') {
+          throw badRequest("Expected `class` to be 'default' or 'deferred'", { field: 'class' });
+        }
+        for (const unsupported of ['class', 'run_at', 'delay_seconds', 'callback_url'] as const) {
+          if (fields[unsupported] !== undefined && !(unsupported === 'class' && fields.class === 'default')) {
+            throw badRequest(`\`${unsupported}\` is not supported by this server yet`, {
+              field: unsupported,
+            });
+          }
+        }
+        const inline = fields.wait !== false;
+        const run = await admitRun(
+          db,
+          who,
+          {
+            agent: request.params.agent,
+            mode: inline ? 'inline' : 'queued',
+            input: fields.input,
+            metadata: fields.metadata,
+          },
+          caps(who),
+        );
+        if (!inline) {
+          executor.notify();
+          return reply.status(202).send(present(run));
+        }
+        // Inline: run it here and hold the connection up to the sync window, then answer 202.
+        const finished = executor.execute(run);
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        const window = new Promise<'window'>(
+          (resolve) => (timer = setTimeout(() => resolve('window'), settings.syncTimeoutMs)),
+        );
+        const outcome = await Promise.race([finished, window]);
+        clearTimeout(timer);
+        if (outcome === 'window' || outcome === undefined) {
+          const current = await getRun(db, who.tenant, run.id);
+          return reply.status(202).send(present(current ?? run));
+        }
+        return reply.status(200).send(present(outcome));
+      });
+
+      api.get<{ Params: { id: string } }>('/agents/runs/:id', async (request) => {
+        const run = await getRun(db, request.principal.tenant, request.params.id);
+        // Another tenant's run does not exist, as far as this token can tell.
+        if (!run) throw notFound(`No run \`${request.params.id}\``);
+        return present(run);
+      });
+
+      api.post<{ Params: { id: string } }>('/agents/runs/:id/cancel', async (request) => {
+        const who = request.principal;
+        if (who.role === 'read')
+          throw new HttpError(403, 'permission_denied', 'A read token cannot cancel runs');
+        const run = await getRun(db, who.tenant, request.params.id);
+        if (!run) throw notFound(`No run \`${request.params.id}\``);
+        if (['succeeded', 'failed', 'canceled'].includes(run.status)) return present(run);
+        if (executor.cancel(run.id)) {
+          return present((await executor.settled(run.id)) ?? (await getRun(db, who.tenant, run.id))!);
+        }
+        return present(
+          (await finishRun(db, run.id, { status: 'canceled' })) ?? (await getRun(db, who.tenant, run.id))!,
+        );
+      });
+
+      api.get<{ Querystring: Record<string, string | undefined> }>('/agents/runs', async (request) => {
+        const q = request.query;
+        let limit = defaultPage;
+        if (q.limit !== undefined) {
+          if (!/^\d+$/.test(q.limit)) {
+            throw badRequest(`Expected \`limit\` to be a whole number >= 1, got \`${q.limit}\``, {
+              field: 'limit',
+            });
+          }
+          limit = Math.min(maxPage, Math.max(1, Number(q.limit)));
+        }
+        let after: number | undefined;
+        if (q.cursor !== undefined) {
+          if (!/^\d+$/.test(q.cursor))
+            throw badRequest(`Malformed \`cursor\` \`${q.cursor}\``, { field: 'cursor' });
+          after = Number(q.cursor);
+        }
+        const wanted = q.status?.split(',').filter(Boolean);
+        for (const s of wanted ?? [])
+          if (!statuses.has(s)) throw badRequest(`Unknown status \`${s}\``, { field: 'status' });
+        if (q.class !== undefined && q.class !== 'default' && q.class !== 'deferred') {
+          throw badRequest("Expected `class` to be 'default' or 'deferred'", { field: 'class' });
+        }
+        const rows = await listRuns(db, request.principal.tenant, {
+          statuses: wanted,
+          class: q.class,
+          limit: limit + 1,
+          after,
+        });
+        const page = rows.slice(0, limit);
+        return {
+          object: 'list',
+          data: page.map(present),
+          has_more: rows.length > limit,
+          next_cursor: rows.length > limit ? String(page.at(-1)!.seq) : null,
+        };
+      });
+    },
+    { prefix: '/api/client/v1' },
+  );
+
+  executor.start();
+  return {
+    fastify,
+    executor,
+    async close() {
+      await fastify.close();
+      await executor.stop();
+    },
+  };
+}

@@ -1,0 +1,123 @@
+import { randomBytes } from 'node:crypto';
+import { RunTimeoutError } from 'sluice';
+import type { Database } from '@sluice/postgres';
+import type { SluiceConfig } from '../config.js';
+import type { ServerSettings } from '../settings.js';
+import { claimQueuedRun, finishRun, type RunRow } from './store.js';
+
+/**
+ * Runs agents for this process: inline runs on the request that carried them, queued runs on
+ * `runConcurrency` workers that take the oldest queued run. Keeps the abort handle of every
+ * run executing here, for cancellation.
+ */
+export class Executor {
+  readonly worker = `w_${randomBytes(6).toString('hex')}`;
+  readonly #running = new Map<string, { controller: AbortController; done: Promise<RunRow | undefined> }>();
+  #wake: (() => void) | undefined;
+  #stopped = false;
+  #loops: Promise<void>[] = [];
+
+  constructor(
+    private readonly db: Database,
+    private readonly agents: SluiceConfig['agents'],
+    private readonly settings: ServerSettings,
+  ) {}
+
+  /** Executes a run that is already `running` in the store; resolves with its final row. */
+  execute(run: RunRow): Promise<RunRow | undefined> {
+    const controller = new AbortController();
+    const done = this.#execute(run, controller.signal).finally(() => this.#running.delete(run.id));
+    this.#running.set(run.id, { controller, done });
+    return done;
+  }
+
+  async #execute(run: RunRow, signal: AbortSignal): Promise<RunRow | undefined> {
+    const agent = this.agents[run.agent];
+    if (!agent) {
+      return finishRun(this.db, run.id, {
+        status: 'failed',
+        error: { type: 'agent_error', message: `unknown agent ${run.agent}` },
+      });
+    }
+    const prompt = typeof run.input === 'string' ? run.input : JSON.stringify(run.input);
+    try {
+      const result = await (
+        agent as { run(o: object): Promise<{ text: string; data: unknown; usage: unknown }> }
+      ).run({
+        prompt,
+        signal,
+        timeoutMs: this.settings.maxDurationMs,
+      });
+      return await finishRun(this.db, run.id, {
+        status: 'succeeded',
+        output: result.data === undefined ? { text: result.text } : { text: result.text, data: result.data },
+        usage: result.usage,
+      });
+    } catch (error) {
+      if (signal.aborted) return finishRun(this.db, run.id, { status: 'canceled' });
+      const timedOut = error instanceof RunTimeoutError;
+      return finishRun(this.db, run.id, {
+        status: 'failed',
+        error: {
+          type: timedOut ? 'max_duration_exceeded' : 'agent_error',
+          message: error instanceof Error ? error.message : String(error),
+        },
+      });
+    }
+  }
+
+  /** Stops a run executing in this process; false if it is not here. */
+  cancel(id: string): boolean {
+    const entry = this.#running.get(id);
+    if (!entry) return false;
+    entry.controller.abort(new Error('canceled'));
+    return true;
+  }
+
+  /** The final row of a run executing here, once it ends. */
+  settled(id: string): Promise<RunRow | undefined> | undefined {
+    return this.#running.get(id)?.done;
+  }
+
+  /** A queued run was written: wake an idle worker now instead of at its next poll. */
+  notify(): void {
+    this.#wake?.();
+  }
+
+  start(): void {
+    for (let i = 0; i < this.settings.runConcurrency; i++) this.#loops.push(this.#loop());
+  }
+
+  async #loop(): Promise<void> {
+    while (!this.#stopped) {
+      let run: RunRow | undefined;
+      try {
+        run = await claimQueuedRun(this.db, this.worker);
+      } catch {
+        run = undefined;
+      }
+      if (run) {
+        await this.execute(run);
+        continue;
+      }
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 500);
+        const previous = this.#wake;
+        this.#wake = () => {
+          clearTimeout(timer);
+          previous?.();
+          resolve();
+        };
+      });
+      this.#wake = undefined;
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    this.#wake?.();
+    for (const { controller } of this.#running.values()) controller.abort(new Error('server stopping'));
+    await Promise.allSettled([...this.#running.values()].map((r) => r.done));
+    await Promise.allSettled(this.#loops);
+  }
+}

@@ -1,0 +1,169 @@
+import { randomBytes } from 'node:crypto';
+import type { Database } from '@sluice/postgres';
+import { HttpError } from '../errors.js';
+import type { Principal } from '../store/tokens.js';
+
+export type RunStatus =
+  'scheduled' | 'queued' | 'running' | 'requires_action' | 'succeeded' | 'failed' | 'canceled';
+
+export interface RunRow {
+  id: string;
+  seq: number;
+  tenant: string;
+  project: string;
+  user_id: string;
+  agent: string;
+  class: string;
+  mode: 'inline' | 'queued';
+  status: RunStatus;
+  input: unknown;
+  output: unknown;
+  error: { type: string; message: string } | null;
+  metadata: unknown;
+  usage: unknown;
+  created_at: number;
+  started_at: number | null;
+  finished_at: number | null;
+}
+
+const columns = `id, seq::float8 AS seq, tenant, project, user_id, agent, class, mode, status, input, output, error,
+  metadata, usage, (extract(epoch FROM created_at))::float8 AS created_at,
+  (extract(epoch FROM started_at))::float8 AS started_at, (extract(epoch FROM finished_at))::float8 AS finished_at`;
+
+/** A run as the API shows it. */
+export function present(run: RunRow) {
+  return {
+    id: run.id,
+    object: 'agent.run',
+    agent: run.agent,
+    class: run.class,
+    status: run.status,
+    input: run.input,
+    output: run.output,
+    error: run.error,
+    metadata: run.metadata,
+    usage: run.usage,
+    created_at: Math.floor(run.created_at),
+    started_at: run.started_at === null ? null : Math.floor(run.started_at),
+    finished_at: run.finished_at === null ? null : Math.floor(run.finished_at),
+  };
+}
+
+export interface Caps {
+  perTenant: number;
+  perProject: number;
+}
+
+/**
+ * Admits a default-class run or refuses it with 429 before anything is written. The count
+ * and the insert happen under a per-tenant advisory lock, so concurrent requests (on any
+ * server process sharing the database) cannot both take the last place.
+ */
+export async function admitRun(
+  db: Database,
+  who: Principal,
+  run: { agent: string; mode: 'inline' | 'queued'; input: unknown; metadata: unknown },
+  caps: Caps,
+): Promise<RunRow> {
+  return db.transaction(async (tx) => {
+    await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [`sluice:tenant:${who.tenant}`]);
+    const counts = (
+      await tx.query<{ tenant: number; project: number }>(
+        `SELECT count(*)::int AS tenant, count(*) FILTER (WHERE project = $2)::int AS project
+         FROM agent_runs WHERE tenant = $1 AND class = 'default' AND status IN ('queued', 'running')`,
+        [who.tenant, who.project],
+      )
+    ).rows[0]!;
+    const over = (scope: 'tenant' | 'project', limit: number, active: number) =>
+      new HttpError(
+        429,
+        'agent_run_concurrency_limit',
+        `The ${scope} already has ${active} active default-class runs; the limit is ${limit}`,
+        { limit: 'max_active_runs', limit_value: limit, scope, class: 'default', active },
+        { 'retry-after': '30' },
+      );
+    if (caps.perTenant > 0 && counts.tenant >= caps.perTenant)
+      throw over('tenant', caps.perTenant, counts.tenant);
+    if (caps.perProject > 0 && counts.project >= caps.perProject)
+      throw over('project', caps.perProject, counts.project);
+    const id = `run_${randomBytes(12).toString('hex')}`;
+    const inserted = await tx.query<RunRow>(
+      `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, metadata, started_at)
+       VALUES ($1, $2, $3, $4, $5, 'default', $6, $7, $8::jsonb, $9::jsonb, CASE WHEN $6 = 'inline' THEN clock_timestamp() END)
+       RETURNING ${columns}`,
+      [
+        id,
+        who.tenant,
+        who.project,
+        who.user,
+        run.agent,
+        run.mode,
+        run.mode === 'inline' ? 'running' : 'queued',
+        JSON.stringify(run.input),
+        run.metadata === undefined ? null : JSON.stringify(run.metadata),
+      ],
+    );
+    return inserted.rows[0]!;
+  });
+}
+
+export async function getRun(db: Database, tenant: string, id: string): Promise<RunRow | undefined> {
+  return (
+    await db.query<RunRow>(`SELECT ${columns} FROM agent_runs WHERE id = $1 AND tenant = $2`, [id, tenant])
+  ).rows[0];
+}
+
+export async function listRuns(
+  db: Database,
+  tenant: string,
+  filter: { statuses?: string[]; class?: string; limit: number; after?: number },
+): Promise<RunRow[]> {
+  return (
+    await db.query<RunRow>(
+      `SELECT ${columns} FROM agent_runs
+       WHERE tenant = $1 AND ($2::text[] IS NULL OR status = ANY($2::text[])) AND ($3::text IS NULL OR class = $3)
+         AND ($4::bigint IS NULL OR seq > $4::bigint)
+       ORDER BY seq LIMIT $5`,
+      [tenant, filter.statuses ?? null, filter.class ?? null, filter.after ?? null, filter.limit],
+    )
+  ).rows;
+}
+
+/** Takes the oldest queued run for a worker of this process; SKIP LOCKED keeps workers apart. */
+export async function claimQueuedRun(db: Database, worker: string): Promise<RunRow | undefined> {
+  return (
+    await db.query<RunRow>(
+      `UPDATE agent_runs SET status = 'running', worker = $1, started_at = clock_timestamp()
+       WHERE id = (SELECT id FROM agent_runs WHERE status = 'queued' AND class = 'default' ORDER BY seq
+                   FOR UPDATE SKIP LOCKED LIMIT 1)
+       RETURNING ${columns}`,
+      [worker],
+    )
+  ).rows[0];
+}
+
+/** Ends a running run; a run already ended (canceled meanwhile) is left as it is. */
+export async function finishRun(
+  db: Database,
+  id: string,
+  outcome: {
+    status: 'succeeded' | 'failed' | 'canceled';
+    output?: unknown;
+    error?: { type: string; message: string };
+    usage?: unknown;
+  },
+): Promise<RunRow | undefined> {
+  return (
+    await db.query<RunRow>(
+      `UPDATE agent_runs SET status = $2, output = $3::jsonb, error = $4::jsonb, usage = $5::jsonb, finished_at = clock_timestamp()
+       WHERE id = $1 AND status IN ('queued', 'running') RETURNING ${columns}`,
+      [
+        id,
+        outcome.status,
+        outcome.output === undefined ? null : JSON.stringify(outcome.output),
+        outcome.error ? JSON.stringify(outcome.error) : null,
+        outcome.usage === undefined ? null : JSON.stringify(outcome.usage),
+      ],
+    )
+  ).rows[0];
+}

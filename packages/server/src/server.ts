@@ -1,0 +1,70 @@
+import { existsSync, mkdirSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { createApp, type ServerApp } from './app.js';
+import type { SluiceConfig } from './config.js';
+import { demoConfig } from './demo-config.js';
+import { resolveSettings } from './settings.js';
+import { openStore, type Store } from './store/store.js';
+
+export interface ServeOptions {
+  /** Config module; default: sluice.config.{ts,mjs,js} in the working directory, else the demo. */
+  configFile?: string;
+  config?: SluiceConfig;
+  port?: number;
+  host?: string;
+  /** PostgreSQL; default: DATABASE_URL, else embedded PGlite in `dataDir`. */
+  databaseUrl?: string;
+  /** @default ./.sluice */
+  dataDir?: string;
+}
+
+export interface RunningServer extends ServerApp {
+  readonly url: string;
+  readonly store: Store;
+  readonly config: SluiceConfig;
+}
+
+/** Loads the config module a user points at, or finds one in the working directory. */
+export async function loadConfig(file?: string): Promise<{ config: SluiceConfig; source: string }> {
+  const candidates = file ? [file] : ['sluice.config.ts', 'sluice.config.mjs', 'sluice.config.js'];
+  for (const candidate of candidates) {
+    const path = resolve(candidate);
+    if (!existsSync(path)) {
+      if (file) throw new Error(`Config file ${file} not found`);
+      continue;
+    }
+    const module = (await import(pathToFileURL(path).href)) as {
+      default?: SluiceConfig | (() => Promise<SluiceConfig>);
+    };
+    const exported = module.default;
+    const config = typeof exported === 'function' ? await exported() : exported;
+    if (!config) throw new Error(`${candidate} has no default export`);
+    return { config, source: candidate };
+  }
+  return { config: await demoConfig(), source: 'built-in demo' };
+}
+
+/** Opens the store, builds the app and listens. */
+export async function serve(options: ServeOptions = {}): Promise<RunningServer> {
+  const config = options.config ?? (await loadConfig(options.configFile)).config;
+  const settings = resolveSettings(config.settings);
+  const dataDir = options.dataDir ?? resolve('.sluice');
+  const databaseUrl = options.databaseUrl ?? process.env.DATABASE_URL;
+  if (!databaseUrl) mkdirSync(dataDir, { recursive: true });
+  const store = await openStore({ databaseUrl, dataDir: resolve(dataDir, 'db') });
+  const app = await createApp({ store, config, settings });
+  const host = options.host ?? '127.0.0.1';
+  const address = await app.fastify.listen({ port: options.port ?? 8787, host });
+  return {
+    ...app,
+    url: address,
+    store,
+    config,
+    async close() {
+      await app.close();
+      await store.close();
+      await config.close?.();
+    },
+  };
+}

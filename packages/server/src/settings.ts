@@ -1,0 +1,51 @@
+/** The server's settings, under the spec's names; environment variables override the config file. */
+export interface ServerSettings {
+  /** AGENT_RUN_MAX_ACTIVE_PER_TENANT: default-class queued + running runs per tenant; 0 = no cap. */
+  maxActivePerTenant: number;
+  /** AGENT_RUN_MAX_ACTIVE_PER_PROJECT: the same per project; 0 = off. */
+  maxActivePerProject: number;
+  /** AGENT_RUN_CONCURRENCY: default-class queue workers per process. */
+  runConcurrency: number;
+  /** AGENT_SYNC_TIMEOUT_MS: how long an inline call holds the connection before answering 202. */
+  syncTimeoutMs: number;
+  /** AGENT_BACKGROUND_MAX_DURATION_MS: wall-clock ceiling of any run. */
+  maxDurationMs: number;
+}
+
+export const settingDefaults: ServerSettings = Object.freeze({
+  maxActivePerTenant: 250,
+  maxActivePerProject: 0,
+  runConcurrency: 4,
+  syncTimeoutMs: 600_000,
+  maxDurationMs: 1_800_000,
+});
+
+const variables: Record<keyof ServerSettings, string> = {
+  maxActivePerTenant: 'AGENT_RUN_MAX_ACTIVE_PER_TENANT',
+  maxActivePerProject: 'AGENT_RUN_MAX_ACTIVE_PER_PROJECT',
+  runConcurrency: 'AGENT_RUN_CONCURRENCY',
+  syncTimeoutMs: 'AGENT_SYNC_TIMEOUT_MS',
+  maxDurationMs: 'AGENT_BACKGROUND_MAX_DURATION_MS',
+};
+
+/** Config-file settings, then environment variables on top; every value checked. */
+export function resolveSettings(
+  fromConfig: Partial<ServerSettings> = {},
+  env: NodeJS.ProcessEnv = process.env,
+): ServerSettings {
+  const out = { ...settingDefaults } as ServerSettings;
+  for (const key of Object.keys(variables) as (keyof ServerSettings)[]) {
+    const name = variables[key];
+    const raw: unknown = env[name] !== undefined && env[name] !== '' ? env[name] : fromConfig[key];
+    if (raw === undefined) continue;
+    const value = typeof raw === 'string' ? Number(raw) : raw;
+    const min = key === 'runConcurrency' || key === 'syncTimeoutMs' || key === 'maxDurationMs' ? 1 : 0;
+    if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
+      throw new TypeError(
+        `Expected ${name} (settings.${key}) to be a whole number >= ${min}, got \`${String(raw)}\``,
+      );
+    }
+    out[key] = value;
+  }
+  return Object.freeze(out);
+}
