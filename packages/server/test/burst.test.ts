@@ -1,0 +1,115 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { afterAll, describe, expect, it } from 'vitest';
+import { inject } from 'vitest';
+import { createToken } from '@sluice/server';
+import { toDatabase } from '@sluice/postgres';
+import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
+
+const postgres = inject('postgres');
+const root = fileURLToPath(new URL('../../../', import.meta.url));
+
+function startServer(env: Record<string, string>): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(
+    process.execPath,
+    [
+      '--conditions=@sluice/source',
+      '--import',
+      'tsx',
+      fileURLToPath(new URL('./workers/server-process.ts', import.meta.url)),
+    ],
+    { cwd: root, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  return new Promise((resolve, reject) => {
+    let out = '';
+    let err = '';
+    child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const match = /listening (\S+)/.exec(out);
+      if (match) resolve({ child, url: match[1]! });
+    });
+    child.on('exit', (code) => reject(new Error(`server exited with ${code}: ${err || out}`)));
+  });
+}
+
+describe.runIf(postgres)('two server processes on one PostgreSQL', () => {
+  let provider: ProviderStandIn;
+  const children: ChildProcess[] = [];
+  afterAll(async () => {
+    for (const child of children) child.kill('SIGTERM');
+    await provider?.close();
+  });
+
+  it('1,000 concurrent POSTs with a cap of 250: at most 250 admitted, the rest 429, each admitted run executed once', async () => {
+    // Slow answers, so no admitted run finishes (and frees its place) during the burst.
+    const prompts: string[] = [];
+    provider = await startProviderStandIn({
+      latencyMs: 12_000,
+      reply: (r) => {
+        const prompt = String(r.messages.find((m) => m.role === 'user')?.content);
+        prompts.push(prompt);
+        return { text: `done ${prompt}` };
+      },
+    });
+    const { host, port, user, database } = postgres!;
+    const databaseUrl = `postgresql://${encodeURIComponent(user ?? '')}@/${database}?host=${encodeURIComponent(host ?? '')}${port ? `&port=${port}` : ''}`;
+    const env = {
+      DATABASE_URL: databaseUrl,
+      PROVIDER_URL: provider.url,
+      AGENT_RUN_MAX_ACTIVE_PER_TENANT: '250',
+      AGENT_RUN_CONCURRENCY: '150',
+    };
+    const servers = await Promise.all([startServer(env), startServer(env)]);
+    children.push(...servers.map((s) => s.child));
+
+    const pool = new pg.Pool({ ...postgres!, max: 2 });
+    const token = (
+      await createToken(toDatabase(pool), { tenant: 'burst', project: 'p', user: 'u', role: 'member' })
+    ).secret;
+    const post = (i: number) =>
+      fetch(`${servers[i % 2]!.url}/api/client/v1/agents/echo/runs`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ input: `job ${i}`, wait: false }),
+      }).then(async (r) => ({
+        status: r.status,
+        retryAfter: r.headers.get('retry-after'),
+        body: (await r.json()) as { id?: string; error?: { type: string; limit_value: number } },
+      }));
+    const responses = await Promise.all(Array.from({ length: 1000 }, (_, i) => post(i)));
+
+    const admitted = responses.filter((r) => r.status === 202);
+    const refused = responses.filter((r) => r.status === 429);
+    expect(admitted.length + refused.length).toBe(1000);
+    expect(admitted.length).toBeLessThanOrEqual(250);
+    expect(admitted.length).toBe(250); // nothing finished during the burst, so exactly the cap
+    for (const r of refused) {
+      expect(r.retryAfter).toBe('30');
+      expect(r.body.error).toMatchObject({ type: 'agent_run_concurrency_limit', limit_value: 250 });
+    }
+    const rows = await pool.query(`SELECT count(*)::int AS n FROM agent_runs WHERE tenant = 'burst'`);
+    expect(rows.rows[0].n).toBe(250);
+
+    // Every admitted run runs to the end, exactly once: one provider request each.
+    const ids = admitted.map((r) => r.body.id!);
+    for (let i = 0; i < 600; i++) {
+      const done = await pool.query(
+        `SELECT count(*)::int AS n FROM agent_runs WHERE id = ANY($1) AND status = 'succeeded'`,
+        [ids],
+      );
+      if (done.rows[0].n === 250) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const done = await pool.query(
+      `SELECT count(*)::int AS n FROM agent_runs WHERE id = ANY($1) AND status = 'succeeded'`,
+      [ids],
+    );
+    expect(done.rows[0].n).toBe(250);
+    expect(provider.requests).toHaveLength(250);
+    // ...and each for a different admitted job.
+    expect(new Set(prompts).size).toBe(250);
+    await pool.end();
+  }, 120_000);
+});
