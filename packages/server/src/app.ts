@@ -2,7 +2,7 @@ import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import type { SluiceConfig } from './config.js';
 import { HttpError, badRequest, notFound } from './errors.js';
 import { Executor } from './runs/executor.js';
-import { admitRun, finishRun, getRun, listRuns, present } from './runs/store.js';
+import { admitRun, finishRun, getRun, listRuns, present, queueCounts } from './runs/store.js';
 import type { ServerSettings } from './settings.js';
 import type { Store } from './store/store.js';
 import { findToken, type Principal } from './store/tokens.js';
@@ -37,6 +37,12 @@ const maxPage = 1000;
 export interface ServerApp {
   readonly fastify: FastifyInstance;
   readonly executor: Executor;
+  /**
+   * SIGTERM: refuse new work (503), give local runs `AGENT_RUN_DRAIN_TIMEOUT_MS`, mark the
+   * rest `interrupted` (callers waiting on them get 503 agent_run_interrupted), then close.
+   */
+  drain(): Promise<string[]>;
+  /** Stops at once. */
   close(): Promise<void>;
 }
 
@@ -133,6 +139,7 @@ export async function createApp(options: {
             mode: inline ? 'inline' : 'queued',
             input: fields.input,
             metadata: fields.metadata,
+            worker: executor.worker,
           },
           caps(who),
         );
@@ -148,11 +155,43 @@ export async function createApp(options: {
         );
         const outcome = await Promise.race([finished, window]);
         clearTimeout(timer);
-        if (outcome === 'window' || outcome === undefined) {
-          const current = await getRun(db, who.tenant, run.id);
-          return reply.status(202).send(present(current ?? run));
+        const final =
+          outcome === 'window' || outcome === undefined ? await getRun(db, who.tenant, run.id) : outcome;
+        if (final?.error?.type === 'interrupted') {
+          // The server is shutting down and this run could not finish within the drain time.
+          throw new HttpError(
+            503,
+            'agent_run_interrupted',
+            `Run ${run.id} was interrupted by a server shutdown`,
+            {
+              run: present(final),
+            },
+          );
         }
+        if (outcome === 'window' || outcome === undefined)
+          return reply.status(202).send(present(final ?? run));
         return reply.status(200).send(present(outcome));
+      });
+
+      api.get('/agents/runs/queue', async (request) => {
+        const who = request.principal;
+        const { count, oldestDeferred } = await queueCounts(db, who.tenant, who.project);
+        const figures = (cls: string, mine = false) => ({
+          running: count(cls, 'running', mine),
+          queued: count(cls, 'queued', mine),
+          scheduled: count(cls, 'scheduled', mine),
+        });
+        return {
+          object: 'agent.run_queue',
+          default: { ...figures('default'), limit: caps(who).perTenant },
+          deferred: {
+            ...figures('deferred'),
+            running_limit: settings.deferredMaxRunningPerTenant,
+            queued_limit: settings.deferredMaxQueuedPerTenant,
+            oldest_queued_at: oldestDeferred === null ? null : Math.floor(oldestDeferred),
+          },
+          project: { default: figures('default', true), deferred: figures('deferred', true) },
+        };
       });
 
       api.get<{ Params: { id: string } }>('/agents/runs/:id', async (request) => {
@@ -218,13 +257,30 @@ export async function createApp(options: {
     { prefix: '/api/client/v1' },
   );
 
-  executor.start();
+  await executor.start();
+  let readyForWork = true;
+  fastify.addHook('onRequest', async (request) => {
+    if (!readyForWork && request.url.startsWith('/api/')) {
+      throw new HttpError(
+        503,
+        'server_draining',
+        'This server is shutting down; send the request to another one',
+      );
+    }
+  });
   return {
     fastify,
     executor,
-    async close() {
+    async drain() {
+      readyForWork = false;
+      const interrupted = await executor.drain();
       await fastify.close();
+      return interrupted;
+    },
+    async close() {
+      readyForWork = false;
       await executor.stop();
+      await fastify.close();
     },
   };
 }

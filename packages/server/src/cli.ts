@@ -38,11 +38,13 @@ async function main(argv: string[]): Promise<void> {
       `\nTry it:\n  curl -s ${server.url}/api/client/v1/agents/${agent}/runs \\\n    -H "Authorization: Bearer ${token.secret}" -H "Content-Type: application/json" \\\n    -d '{"input": "tides"}'\n`,
     );
     const stop = async () => {
-      await server.close();
+      const interrupted = await server.drain();
+      if (interrupted.length > 0)
+        console.log(`Interrupted ${interrupted.length} runs that did not finish in time`);
       process.exit(0);
     };
-    process.once('SIGINT', stop);
-    process.once('SIGTERM', stop);
+    process.once('SIGINT', () => void stop());
+    process.once('SIGTERM', () => void stop());
     return;
   }
   if (command === 'tokens' && sub === 'create') {

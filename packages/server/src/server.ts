@@ -61,6 +61,12 @@ export async function serve(options: ServeOptions = {}): Promise<RunningServer> 
     url: address,
     store,
     config,
+    async drain() {
+      const interrupted = await app.drain();
+      await store.close();
+      await config.close?.();
+      return interrupted;
+    },
     async close() {
       await app.close();
       await store.close();

@@ -10,6 +10,17 @@ export interface ServerSettings {
   syncTimeoutMs: number;
   /** AGENT_BACKGROUND_MAX_DURATION_MS: wall-clock ceiling of any run. */
   maxDurationMs: number;
+  /** AGENT_RUN_DRAIN_TIMEOUT_MS: on SIGTERM, how long local runs may take to finish. */
+  drainTimeoutMs: number;
+  /** AGENT_DEFERRED_MAX_RUNNING_PER_TENANT: deferred runs running at once per tenant. */
+  deferredMaxRunningPerTenant: number;
+  /** AGENT_DEFERRED_MAX_QUEUED_PER_TENANT: deferred runs queued or scheduled per tenant. */
+  deferredMaxQueuedPerTenant: number;
+  /**
+   * SLUICE_NODE_STALE_MS: a server process silent this long is gone, and the runs it was
+   * running end `worker_lost`. It heartbeats every quarter of this.
+   */
+  nodeStaleMs: number;
 }
 
 export const settingDefaults: ServerSettings = Object.freeze({
@@ -18,6 +29,10 @@ export const settingDefaults: ServerSettings = Object.freeze({
   runConcurrency: 4,
   syncTimeoutMs: 600_000,
   maxDurationMs: 1_800_000,
+  drainTimeoutMs: 10_000,
+  deferredMaxRunningPerTenant: 2,
+  deferredMaxQueuedPerTenant: 10_000,
+  nodeStaleMs: 20_000,
 });
 
 const variables: Record<keyof ServerSettings, string> = {
@@ -26,6 +41,10 @@ const variables: Record<keyof ServerSettings, string> = {
   runConcurrency: 'AGENT_RUN_CONCURRENCY',
   syncTimeoutMs: 'AGENT_SYNC_TIMEOUT_MS',
   maxDurationMs: 'AGENT_BACKGROUND_MAX_DURATION_MS',
+  drainTimeoutMs: 'AGENT_RUN_DRAIN_TIMEOUT_MS',
+  deferredMaxRunningPerTenant: 'AGENT_DEFERRED_MAX_RUNNING_PER_TENANT',
+  deferredMaxQueuedPerTenant: 'AGENT_DEFERRED_MAX_QUEUED_PER_TENANT',
+  nodeStaleMs: 'SLUICE_NODE_STALE_MS',
 };
 
 /** Config-file settings, then environment variables on top; every value checked. */
@@ -39,7 +58,7 @@ export function resolveSettings(
     const raw: unknown = env[name] !== undefined && env[name] !== '' ? env[name] : fromConfig[key];
     if (raw === undefined) continue;
     const value = typeof raw === 'string' ? Number(raw) : raw;
-    const min = key === 'runConcurrency' || key === 'syncTimeoutMs' || key === 'maxDurationMs' ? 1 : 0;
+    const min = ['runConcurrency', 'syncTimeoutMs', 'maxDurationMs', 'nodeStaleMs'].includes(key) ? 1 : 0;
     if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
       throw new TypeError(
         `Expected ${name} (settings.${key}) to be a whole number >= ${min}, got \`${String(raw)}\``,

@@ -3,7 +3,7 @@ import { RunTimeoutError } from 'sluice';
 import type { Database } from '@sluice/postgres';
 import type { SluiceConfig } from '../config.js';
 import type { ServerSettings } from '../settings.js';
-import { claimQueuedRun, finishRun, type RunRow } from './store.js';
+import { claimQueuedRun, failLostRuns, finishRun, heartbeat, interruptRuns, type RunRow } from './store.js';
 
 /**
  * Runs agents for this process: inline runs on the request that carried them, queued runs on
@@ -16,6 +16,7 @@ export class Executor {
   #wake: (() => void) | undefined;
   #stopped = false;
   #loops: Promise<void>[] = [];
+  #timer: ReturnType<typeof setInterval> | undefined;
 
   constructor(
     private readonly db: Database,
@@ -84,8 +85,56 @@ export class Executor {
     this.#wake?.();
   }
 
-  start(): void {
+  /**
+   * Registers this node, ends the runs of nodes that died while running them (`worker_lost`),
+   * and starts the workers. Queued runs need no recovery: they are in the database, and the
+   * workers take them.
+   */
+  async start(): Promise<void> {
+    const staleMs = this.settings.nodeStaleMs;
+    await heartbeat(this.db, this.worker);
+    await failLostRuns(this.db, staleMs);
+    this.#timer = setInterval(
+      () => {
+        void heartbeat(this.db, this.worker)
+          .then(() => failLostRuns(this.db, staleMs))
+          .catch(() => undefined);
+      },
+      Math.max(50, Math.floor(staleMs / 4)),
+    );
+    this.#timer.unref();
     for (let i = 0; i < this.settings.runConcurrency; i++) this.#loops.push(this.#loop());
+  }
+
+  /** Runs executing in this process now. */
+  get active(): number {
+    return this.#running.size;
+  }
+
+  /**
+   * Graceful stop: take no more work, give local runs up to `drainTimeoutMs`, then mark the
+   * rest `interrupted` (they are not retried: they may have had side effects) and abort them.
+   * Returns the interrupted run ids.
+   */
+  async drain(): Promise<string[]> {
+    this.#stopped = true;
+    this.#wake?.();
+    clearInterval(this.#timer);
+    const pending = [...this.#running.values()].map((r) => r.done);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      Promise.allSettled(pending),
+      new Promise((resolve) => (timer = setTimeout(resolve, this.settings.drainTimeoutMs))),
+    ]);
+    clearTimeout(timer);
+    let interrupted: string[] = [];
+    if (this.#running.size > 0) {
+      interrupted = await interruptRuns(this.db, this.worker).catch(() => []);
+      for (const { controller } of this.#running.values()) controller.abort(new Error('server stopping'));
+      await Promise.allSettled([...this.#running.values()].map((r) => r.done));
+    }
+    await Promise.allSettled(this.#loops);
+    return interrupted;
   }
 
   async #loop(): Promise<void> {
@@ -113,9 +162,11 @@ export class Executor {
     }
   }
 
+  /** Immediate stop (tests, errors at start): aborts everything still running. */
   async stop(): Promise<void> {
     this.#stopped = true;
     this.#wake?.();
+    clearInterval(this.#timer);
     for (const { controller } of this.#running.values()) controller.abort(new Error('server stopping'));
     await Promise.allSettled([...this.#running.values()].map((r) => r.done));
     await Promise.allSettled(this.#loops);

@@ -62,7 +62,7 @@ export interface Caps {
 export async function admitRun(
   db: Database,
   who: Principal,
-  run: { agent: string; mode: 'inline' | 'queued'; input: unknown; metadata: unknown },
+  run: { agent: string; mode: 'inline' | 'queued'; input: unknown; metadata: unknown; worker: string },
   caps: Caps,
 ): Promise<RunRow> {
   return db.transaction(async (tx) => {
@@ -88,8 +88,9 @@ export async function admitRun(
       throw over('project', caps.perProject, counts.project);
     const id = `run_${randomBytes(12).toString('hex')}`;
     const inserted = await tx.query<RunRow>(
-      `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, metadata, started_at)
-       VALUES ($1, $2, $3, $4, $5, 'default', $6, $7, $8::jsonb, $9::jsonb, CASE WHEN $6 = 'inline' THEN clock_timestamp() END)
+      `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, metadata, started_at, worker)
+       VALUES ($1, $2, $3, $4, $5, 'default', $6, $7, $8::jsonb, $9::jsonb,
+         CASE WHEN $6 = 'inline' THEN clock_timestamp() END, CASE WHEN $6 = 'inline' THEN $10 END)
        RETURNING ${columns}`,
       [
         id,
@@ -101,6 +102,7 @@ export async function admitRun(
         run.mode === 'inline' ? 'running' : 'queued',
         JSON.stringify(run.input),
         run.metadata === undefined ? null : JSON.stringify(run.metadata),
+        run.worker,
       ],
     );
     return inserted.rows[0]!;
@@ -166,4 +168,62 @@ export async function finishRun(
       ],
     )
   ).rows[0];
+}
+
+/** Queue figures for the queue endpoint: tenant-wide, and for one project. */
+export async function queueCounts(db: Database, tenant: string, project: string) {
+  const rows = (
+    await db.query<{ class: string; status: string; mine: boolean; n: number; oldest: number | null }>(
+      `SELECT class, status, project = $2 AS mine, count(*)::int AS n,
+              (extract(epoch FROM min(created_at)))::float8 AS oldest
+       FROM agent_runs WHERE tenant = $1 AND status IN ('scheduled', 'queued', 'running')
+       GROUP BY class, status, project = $2`,
+      [tenant, project],
+    )
+  ).rows;
+  const count = (cls: string, status: string, onlyMine = false) =>
+    rows
+      .filter((r) => r.class === cls && r.status === status && (!onlyMine || r.mine))
+      .reduce((a, r) => a + r.n, 0);
+  const oldestDeferred = rows
+    .filter((r) => r.class === 'deferred' && r.status === 'queued' && r.oldest !== null)
+    .reduce<number | null>((a, r) => (a === null ? r.oldest : Math.min(a, r.oldest!)), null);
+  return { count, oldestDeferred };
+}
+
+/** Records that this node is alive. */
+export async function heartbeat(db: Database, node: string): Promise<void> {
+  await db.query(
+    `INSERT INTO server_nodes (id) VALUES ($1)
+     ON CONFLICT (id) DO UPDATE SET heartbeat_at = clock_timestamp()`,
+    [node],
+  );
+}
+
+/**
+ * Ends runs whose node stopped heartbeating `staleMs` ago (or never registered): failed,
+ * `worker_lost`. Returns how many.
+ */
+export async function failLostRuns(db: Database, staleMs: number): Promise<number> {
+  const result = await db.query<{ id: string }>(
+    `UPDATE agent_runs r SET status = 'failed', finished_at = clock_timestamp(),
+       error = jsonb_build_object('type', 'worker_lost', 'message', 'the server running this run stopped before it finished')
+     WHERE r.status = 'running' AND NOT EXISTS (
+       SELECT 1 FROM server_nodes n WHERE n.id = r.worker
+         AND n.heartbeat_at > clock_timestamp() - $1::float8 * interval '1 millisecond')
+     RETURNING r.id`,
+    [staleMs],
+  );
+  return result.rows.length;
+}
+
+/** Marks runs of this node that did not finish within the drain time: failed, `interrupted`. */
+export async function interruptRuns(db: Database, node: string): Promise<string[]> {
+  const result = await db.query<{ id: string }>(
+    `UPDATE agent_runs SET status = 'failed', finished_at = clock_timestamp(),
+       error = jsonb_build_object('type', 'interrupted', 'message', 'the server stopped before this run finished; start it again')
+     WHERE status = 'running' AND worker = $1 RETURNING id`,
+    [node],
+  );
+  return result.rows.map((r) => r.id);
 }
