@@ -111,5 +111,79 @@ describe.runIf(postgres)('two server processes on one PostgreSQL', () => {
     // ...and each for a different admitted job.
     expect(new Set(prompts).size).toBe(250);
     await pool.end();
+    // Stop both servers: their workers must not take the next test's queue.
+    for (const s of servers) {
+      s.child.kill('SIGTERM');
+      await new Promise((r) => s.child.once('exit', r));
+    }
+  }, 120_000);
+
+  it('kill -9 with queued and running runs: after a restart the queued ones complete, the running ones end worker_lost, none runs twice', async () => {
+    const prompts: string[] = [];
+    const crashProvider = await startProviderStandIn({
+      reply: (r) => {
+        const prompt = String(r.messages.find((m) => m.role === 'user')?.content);
+        prompts.push(prompt);
+        return prompt.startsWith('stall') ? { stall: true } : { text: `done ${prompt}` };
+      },
+    });
+    const { host, port, user, database } = postgres!;
+    const databaseUrl = `postgresql://${encodeURIComponent(user ?? '')}@/${database}?host=${encodeURIComponent(host ?? '')}${port ? `&port=${port}` : ''}`;
+    const env = {
+      DATABASE_URL: databaseUrl,
+      PROVIDER_URL: crashProvider.url,
+      AGENT_RUN_CONCURRENCY: '2',
+      SLUICE_NODE_STALE_MS: '1500',
+    };
+    const first = await startServer(env); // migrates the database at boot
+    const pool = new pg.Pool({ ...postgres!, max: 2 });
+    const token = (
+      await createToken(toDatabase(pool), { tenant: 'crash', project: 'p', user: 'u', role: 'member' })
+    ).secret;
+    const post = (url: string, input: string) =>
+      fetch(`${url}/api/client/v1/agents/echo/runs`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ input, wait: false }),
+      }).then(async (r) => (await r.json()) as { id: string });
+    const status = async (ids: string[]) =>
+      (await pool.query(`SELECT id, status, error FROM agent_runs WHERE id = ANY($1) ORDER BY id`, [ids]))
+        .rows as {
+        id: string;
+        status: string;
+        error: { type: string } | null;
+      }[];
+
+    // Two runs take both workers and hang; three more wait in the queue.
+    const running = [await post(first.url, 'stall a'), await post(first.url, 'stall b')].map((r) => r.id);
+    for (let i = 0; i < 200 && (await status(running)).some((r) => r.status !== 'running'); i++) {
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    // ...and are really at the provider when the process dies.
+    for (let i = 0; i < 200 && prompts.length < 2; i++) await new Promise((r) => setTimeout(r, 25));
+    expect(prompts.sort()).toEqual(['stall a', 'stall b']);
+    const queued = [];
+    for (const n of [1, 2, 3]) queued.push((await post(first.url, `job ${n}`)).id);
+    expect((await status(queued)).map((r) => r.status)).toEqual(['queued', 'queued', 'queued']);
+    first.child.kill('SIGKILL');
+    await new Promise((r) => first.child.once('exit', r));
+
+    const second = await startServer(env);
+    children.push(second.child);
+    for (let i = 0; i < 400; i++) {
+      const all = await status([...running, ...queued]);
+      if (all.every((r) => r.status === 'succeeded' || r.status === 'failed')) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const runningAfter = await status(running);
+    expect(runningAfter.map((r) => [r.status, r.error?.type])).toEqual([
+      ['failed', 'worker_lost'],
+      ['failed', 'worker_lost'],
+    ]);
+    expect((await status(queued)).map((r) => r.status)).toEqual(['succeeded', 'succeeded', 'succeeded']);
+    // Nothing ran twice: one provider request per run, the lost ones never sent again.
+    expect(prompts.sort()).toEqual(['job 1', 'job 2', 'job 3', 'stall a', 'stall b']);
+    await pool.end();
+    await crashProvider.close();
   }, 120_000);
 });

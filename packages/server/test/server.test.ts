@@ -147,6 +147,32 @@ describe('run server over a real socket', () => {
     for (const run of [a, b]) await call('POST', `/agents/runs/${run.body.id}/cancel`, tokens.admin);
   });
 
+  it("the queue endpoint gives tenant-wide counts and repeats them for the token's project", async () => {
+    const a = await call('POST', '/agents/echo/runs', tokens.admin, { input: 'stall q', wait: false });
+    await until(
+      () => call('GET', `/agents/runs/${a.body.id}`, tokens.admin),
+      (r) => r.body.status === 'running',
+    );
+    const queue = await call('GET', '/agents/runs/queue', tokens.reader);
+    expect(queue.status).toBe(200);
+    expect(queue.body).toMatchObject({
+      object: 'agent.run_queue',
+      default: { running: 1, queued: 0, scheduled: 0, limit: 2 },
+      deferred: {
+        running: 0,
+        queued: 0,
+        scheduled: 0,
+        running_limit: 2,
+        queued_limit: 10000,
+        oldest_queued_at: null,
+      },
+      project: { default: { running: 1, queued: 0, scheduled: 0 } },
+    });
+    // Another tenant sees only its own.
+    expect((await call('GET', '/agents/runs/queue', tokens.other)).body.default.running).toBe(0);
+    await call('POST', `/agents/runs/${a.body.id}/cancel`, tokens.admin);
+  });
+
   it('pages: 100 by default, at most 1000 whatever is asked, a cursor, and 400 for a bad limit', async () => {
     await server.store.db.query(
       `INSERT INTO agent_runs (id, tenant, project, user_id, agent, mode, status, input)
