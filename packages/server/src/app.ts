@@ -92,7 +92,11 @@ export async function createApp(options: {
     const setting = settings.maxActivePerTenant;
     // The effective cap is the smaller of the setting and the tenant's quota (0 = no cap).
     const perTenant = quota === undefined ? setting : setting === 0 ? quota : Math.min(setting, quota);
-    return { perTenant, perProject: settings.maxActivePerProject };
+    return {
+      perTenant,
+      perProject: settings.maxActivePerProject,
+      deferredQueued: settings.deferredMaxQueuedPerTenant,
+    };
   };
 
   await fastify.register(
@@ -123,19 +127,23 @@ export async function createApp(options: {
         if (fields.class !== undefined && fields.class !== 'default' && fields.class !== 'deferred') {
           throw badRequest("Expected `class` to be 'default' or 'deferred'", { field: 'class' });
         }
-        for (const unsupported of ['class', 'run_at', 'delay_seconds', 'callback_url'] as const) {
-          if (fields[unsupported] !== undefined && !(unsupported === 'class' && fields.class === 'default')) {
+        for (const unsupported of ['run_at', 'delay_seconds', 'callback_url'] as const) {
+          if (fields[unsupported] !== undefined) {
             throw badRequest(`\`${unsupported}\` is not supported by this server yet`, {
               field: unsupported,
             });
           }
         }
-        const inline = fields.wait !== false;
+        const runClass = fields.class === 'deferred' ? 'deferred' : 'default';
+        const wait = fields.wait !== false;
+        // A deferred run is never answered inline: it always goes through its queue.
+        const inline = wait && runClass === 'default';
         const run = await admitRun(
           db,
           who,
           {
             agent: request.params.agent,
+            class: runClass,
             mode: inline ? 'inline' : 'queued',
             input: fields.input,
             metadata: fields.metadata,
@@ -145,7 +153,17 @@ export async function createApp(options: {
         );
         if (!inline) {
           executor.notify();
-          return reply.status(202).send(present(run));
+          if (!wait) return reply.status(202).send(present(run));
+          // A caller that waits on a queued run: poll it for them up to the sync window.
+          const deadline = Date.now() + settings.syncTimeoutMs;
+          let current = run;
+          while (Date.now() < deadline) {
+            await new Promise((r) => setTimeout(r, Math.min(200, Math.max(0, deadline - Date.now()))));
+            current = (await getRun(db, who.tenant, run.id)) ?? current;
+            if (['succeeded', 'failed', 'canceled'].includes(current.status))
+              return reply.status(200).send(present(current));
+          }
+          return reply.status(202).send(present(current));
         }
         // Inline: run it here and hold the connection up to the sync window, then answer 202.
         const finished = executor.execute(run);

@@ -16,6 +16,10 @@ export interface ServerSettings {
   deferredMaxRunningPerTenant: number;
   /** AGENT_DEFERRED_MAX_QUEUED_PER_TENANT: deferred runs queued or scheduled per tenant. */
   deferredMaxQueuedPerTenant: number;
+  /** AGENT_DEFERRED_CONCURRENCY: deferred queue workers per process; default half of runConcurrency, at least 1. */
+  deferredConcurrency: number;
+  /** AGENT_DEFERRED_MAX_WAIT_MS: a deferred run not started this long after it became due fails `expired`. */
+  deferredMaxWaitMs: number;
   /**
    * SLUICE_NODE_STALE_MS: a server process silent this long is gone, and the runs it was
    * running end `worker_lost`. It heartbeats every quarter of this.
@@ -33,6 +37,8 @@ export const settingDefaults: ServerSettings = Object.freeze({
   deferredMaxRunningPerTenant: 2,
   deferredMaxQueuedPerTenant: 10_000,
   nodeStaleMs: 20_000,
+  deferredConcurrency: 2,
+  deferredMaxWaitMs: 86_400_000,
 });
 
 const variables: Record<keyof ServerSettings, string> = {
@@ -45,6 +51,8 @@ const variables: Record<keyof ServerSettings, string> = {
   deferredMaxRunningPerTenant: 'AGENT_DEFERRED_MAX_RUNNING_PER_TENANT',
   deferredMaxQueuedPerTenant: 'AGENT_DEFERRED_MAX_QUEUED_PER_TENANT',
   nodeStaleMs: 'SLUICE_NODE_STALE_MS',
+  deferredConcurrency: 'AGENT_DEFERRED_CONCURRENCY',
+  deferredMaxWaitMs: 'AGENT_DEFERRED_MAX_WAIT_MS',
 };
 
 /** Config-file settings, then environment variables on top; every value checked. */
@@ -53,18 +61,30 @@ export function resolveSettings(
   env: NodeJS.ProcessEnv = process.env,
 ): ServerSettings {
   const out = { ...settingDefaults } as ServerSettings;
+  let deferredConcurrencyGiven = false;
   for (const key of Object.keys(variables) as (keyof ServerSettings)[]) {
     const name = variables[key];
     const raw: unknown = env[name] !== undefined && env[name] !== '' ? env[name] : fromConfig[key];
     if (raw === undefined) continue;
     const value = typeof raw === 'string' ? Number(raw) : raw;
-    const min = ['runConcurrency', 'syncTimeoutMs', 'maxDurationMs', 'nodeStaleMs'].includes(key) ? 1 : 0;
+    const min = [
+      'runConcurrency',
+      'syncTimeoutMs',
+      'maxDurationMs',
+      'nodeStaleMs',
+      'deferredConcurrency',
+      'deferredMaxWaitMs',
+    ].includes(key)
+      ? 1
+      : 0;
     if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
       throw new TypeError(
         `Expected ${name} (settings.${key}) to be a whole number >= ${min}, got \`${String(raw)}\``,
       );
     }
     out[key] = value;
+    if (key === 'deferredConcurrency') deferredConcurrencyGiven = true;
   }
+  if (!deferredConcurrencyGiven) out.deferredConcurrency = Math.max(1, Math.floor(out.runConcurrency / 2));
   return Object.freeze(out);
 }

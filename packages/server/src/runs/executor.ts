@@ -3,7 +3,16 @@ import { RunTimeoutError } from 'sluice';
 import type { Database } from '@sluice/postgres';
 import type { SluiceConfig } from '../config.js';
 import type { ServerSettings } from '../settings.js';
-import { claimQueuedRun, failLostRuns, finishRun, heartbeat, interruptRuns, type RunRow } from './store.js';
+import {
+  claimDeferredRun,
+  claimQueuedRun,
+  expireDeferredRuns,
+  failLostRuns,
+  finishRun,
+  heartbeat,
+  interruptRuns,
+  type RunRow,
+} from './store.js';
 
 /**
  * Runs agents for this process: inline runs on the request that carried them, queued runs on
@@ -98,12 +107,21 @@ export class Executor {
       () => {
         void heartbeat(this.db, this.worker)
           .then(() => failLostRuns(this.db, staleMs))
+          .then(() => expireDeferredRuns(this.db, this.settings.deferredMaxWaitMs))
           .catch(() => undefined);
       },
       Math.max(50, Math.floor(staleMs / 4)),
     );
     this.#timer.unref();
-    for (let i = 0; i < this.settings.runConcurrency; i++) this.#loops.push(this.#loop());
+    for (let i = 0; i < this.settings.runConcurrency; i++) {
+      this.#loops.push(this.#loop(() => claimQueuedRun(this.db, this.worker)));
+    }
+    // Deferred work has workers of its own: a deferred backlog never takes interactive capacity.
+    for (let i = 0; i < this.settings.deferredConcurrency; i++) {
+      this.#loops.push(
+        this.#loop(() => claimDeferredRun(this.db, this.worker, this.settings.deferredMaxRunningPerTenant)),
+      );
+    }
   }
 
   /** Runs executing in this process now. */
@@ -137,11 +155,11 @@ export class Executor {
     return interrupted;
   }
 
-  async #loop(): Promise<void> {
+  async #loop(claim: () => Promise<RunRow | undefined>): Promise<void> {
     while (!this.#stopped) {
       let run: RunRow | undefined;
       try {
-        run = await claimQueuedRun(this.db, this.worker);
+        run = await claim();
       } catch {
         run = undefined;
       }

@@ -52,6 +52,8 @@ export function present(run: RunRow) {
 export interface Caps {
   perTenant: number;
   perProject: number;
+  /** Deferred runs queued or scheduled per tenant. */
+  deferredQueued: number;
 }
 
 /**
@@ -62,34 +64,62 @@ export interface Caps {
 export async function admitRun(
   db: Database,
   who: Principal,
-  run: { agent: string; mode: 'inline' | 'queued'; input: unknown; metadata: unknown; worker: string },
+  run: {
+    agent: string;
+    class: 'default' | 'deferred';
+    mode: 'inline' | 'queued';
+    input: unknown;
+    metadata: unknown;
+    worker: string;
+  },
   caps: Caps,
 ): Promise<RunRow> {
   return db.transaction(async (tx) => {
     await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [`sluice:tenant:${who.tenant}`]);
-    const counts = (
-      await tx.query<{ tenant: number; project: number }>(
-        `SELECT count(*)::int AS tenant, count(*) FILTER (WHERE project = $2)::int AS project
-         FROM agent_runs WHERE tenant = $1 AND class = 'default' AND status IN ('queued', 'running')`,
-        [who.tenant, who.project],
-      )
-    ).rows[0]!;
-    const over = (scope: 'tenant' | 'project', limit: number, active: number) =>
+    const over = (scope: 'tenant' | 'project', limit: number, active: number, cls: string, what: string) =>
       new HttpError(
         429,
         'agent_run_concurrency_limit',
-        `The ${scope} already has ${active} active default-class runs; the limit is ${limit}`,
-        { limit: 'max_active_runs', limit_value: limit, scope, class: 'default', active },
+        `The ${scope} already has ${active} ${what}; the limit is ${limit}`,
+        {
+          limit: cls === 'default' ? 'max_active_runs' : 'max_queued_runs',
+          limit_value: limit,
+          scope,
+          class: cls,
+          active,
+        },
         { 'retry-after': '30' },
       );
-    if (caps.perTenant > 0 && counts.tenant >= caps.perTenant)
-      throw over('tenant', caps.perTenant, counts.tenant);
-    if (caps.perProject > 0 && counts.project >= caps.perProject)
-      throw over('project', caps.perProject, counts.project);
+    if (run.class === 'deferred') {
+      const queued = (
+        await tx.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM agent_runs
+           WHERE tenant = $1 AND class = 'deferred' AND status IN ('queued', 'scheduled')`,
+          [who.tenant],
+        )
+      ).rows[0]!.n;
+      if (caps.deferredQueued > 0 && queued >= caps.deferredQueued) {
+        throw over('tenant', caps.deferredQueued, queued, 'deferred', 'queued or scheduled deferred runs');
+      }
+    } else {
+      const counts = (
+        await tx.query<{ tenant: number; project: number }>(
+          `SELECT count(*)::int AS tenant, count(*) FILTER (WHERE project = $2)::int AS project
+           FROM agent_runs WHERE tenant = $1 AND class = 'default' AND status IN ('queued', 'running')`,
+          [who.tenant, who.project],
+        )
+      ).rows[0]!;
+      const what = 'active default-class runs';
+      if (caps.perTenant > 0 && counts.tenant >= caps.perTenant)
+        throw over('tenant', caps.perTenant, counts.tenant, 'default', what);
+      if (caps.perProject > 0 && counts.project >= caps.perProject) {
+        throw over('project', caps.perProject, counts.project, 'default', what);
+      }
+    }
     const id = `run_${randomBytes(12).toString('hex')}`;
     const inserted = await tx.query<RunRow>(
       `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, metadata, started_at, worker)
-       VALUES ($1, $2, $3, $4, $5, 'default', $6, $7, $8::jsonb, $9::jsonb,
+       VALUES ($1, $2, $3, $4, $5, $11, $6, $7, $8::jsonb, $9::jsonb,
          CASE WHEN $6 = 'inline' THEN clock_timestamp() END, CASE WHEN $6 = 'inline' THEN $10 END)
        RETURNING ${columns}`,
       [
@@ -103,6 +133,7 @@ export async function admitRun(
         JSON.stringify(run.input),
         run.metadata === undefined ? null : JSON.stringify(run.metadata),
         run.worker,
+        run.class,
       ],
     );
     return inserted.rows[0]!;
@@ -226,4 +257,65 @@ export async function interruptRuns(db: Database, node: string): Promise<string[
     [node],
   );
   return result.rows.map((r) => r.id);
+}
+
+/**
+ * Takes the oldest queued deferred run whose tenant is under its running cap. The tenant's
+ * count is taken under its advisory lock, so workers on any process never run more than the
+ * cap for one tenant.
+ */
+export async function claimDeferredRun(
+  db: Database,
+  worker: string,
+  maxRunningPerTenant: number,
+): Promise<RunRow | undefined> {
+  const skipped: string[] = [];
+  for (let attempt = 0; attempt < 20; attempt++) {
+    const claimed = await db.transaction(async (tx) => {
+      const candidate = (
+        await tx.query<{ id: string; tenant: string }>(
+          `SELECT id, tenant FROM agent_runs WHERE status = 'queued' AND class = 'deferred' AND NOT (tenant = ANY($1::text[]))
+           ORDER BY seq FOR UPDATE SKIP LOCKED LIMIT 1`,
+          [skipped],
+        )
+      ).rows[0];
+      if (!candidate) return null;
+      await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [
+        `sluice:deferred:${candidate.tenant}`,
+      ]);
+      const running = (
+        await tx.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM agent_runs WHERE tenant = $1 AND class = 'deferred' AND status = 'running'`,
+          [candidate.tenant],
+        )
+      ).rows[0]!.n;
+      if (maxRunningPerTenant > 0 && running >= maxRunningPerTenant) return candidate.tenant;
+      return (
+        await tx.query<RunRow>(
+          `UPDATE agent_runs SET status = 'running', worker = $1, started_at = clock_timestamp() WHERE id = $2 RETURNING ${columns}`,
+          [worker, candidate.id],
+        )
+      ).rows[0]!;
+    });
+    if (claimed === null) return undefined;
+    if (typeof claimed === 'string') {
+      skipped.push(claimed);
+      continue;
+    }
+    return claimed;
+  }
+  return undefined;
+}
+
+/** Deferred runs queued longer than `maxWaitMs` end failed with `expired`. */
+export async function expireDeferredRuns(db: Database, maxWaitMs: number): Promise<number> {
+  const result = await db.query<{ id: string }>(
+    `UPDATE agent_runs SET status = 'failed', finished_at = clock_timestamp(),
+       error = jsonb_build_object('type', 'expired', 'message', 'the run was not started within AGENT_DEFERRED_MAX_WAIT_MS')
+     WHERE status = 'queued' AND class = 'deferred'
+       AND created_at < clock_timestamp() - $1::float8 * interval '1 millisecond'
+     RETURNING id`,
+    [maxWaitMs],
+  );
+  return result.rows.length;
 }
