@@ -42,10 +42,10 @@ async function start(settings: Partial<ServerSettings>) {
       headers: { authorization: `Bearer ${token}`, ...(body ? { 'content-type': 'application/json' } : {}) },
       body: body ? JSON.stringify(body) : undefined,
     });
-    // eslint-disable-next-line @typescript-eslint/no-explicit-any -- bodies are checked field by field
     return {
       status: r.status,
       retryAfter: r.headers.get('retry-after'),
+      // eslint-disable-next-line @typescript-eslint/no-explicit-any -- bodies are checked field by field
       body: (await r.json()) as Record<string, any>,
     };
   };
