@@ -13,6 +13,40 @@ declare module 'fastify' {
   }
 }
 
+const maxDelaySeconds = 365 * 24 * 3600;
+
+/** `run_at` (ISO 8601 or epoch seconds) or `delay_seconds`, as epoch ms; undefined for now. */
+function scheduleOf(fields: Record<string, unknown>): number | undefined {
+  const { run_at: runAt, delay_seconds: delay } = fields;
+  if (runAt !== undefined && delay !== undefined) {
+    throw badRequest('Give `run_at` or `delay_seconds`, not both', { field: 'run_at' });
+  }
+  if (delay !== undefined) {
+    if (typeof delay !== 'number' || !Number.isFinite(delay) || delay < 0 || delay > maxDelaySeconds) {
+      throw badRequest(
+        `Expected \`delay_seconds\` to be a number between 0 and ${maxDelaySeconds}, got \`${String(delay)}\``,
+        {
+          field: 'delay_seconds',
+        },
+      );
+    }
+    return Date.now() + delay * 1000;
+  }
+  if (runAt !== undefined) {
+    const ms = typeof runAt === 'number' ? runAt * 1000 : typeof runAt === 'string' ? Date.parse(runAt) : NaN;
+    if (!Number.isFinite(ms)) {
+      throw badRequest(
+        `Expected \`run_at\` to be an ISO 8601 time or epoch seconds, got \`${String(runAt)}\``,
+        {
+          field: 'run_at',
+        },
+      );
+    }
+    return ms;
+  }
+  return undefined;
+}
+
 const createFields = new Set([
   'input',
   'class',
@@ -54,7 +88,7 @@ export async function createApp(options: {
 }): Promise<ServerApp> {
   const { store, config, settings } = options;
   const db = store.db;
-  const executor = new Executor(db, config.agents, settings);
+
   const fastify = Fastify({ logger: false, bodyLimit: 10 * 1024 * 1024 });
 
   fastify.setErrorHandler((error, _request, reply) => {
@@ -87,8 +121,8 @@ export async function createApp(options: {
     request.principal = principal;
   };
 
-  const caps = (who: Principal) => {
-    const quota = config.tenants?.[who.tenant]?.maxConcurrentAgentRuns;
+  const capsFor = (tenant: string) => {
+    const quota = config.tenants?.[tenant]?.maxConcurrentAgentRuns;
     const setting = settings.maxActivePerTenant;
     // The effective cap is the smaller of the setting and the tenant's quota (0 = no cap).
     const perTenant = quota === undefined ? setting : setting === 0 ? quota : Math.min(setting, quota);
@@ -98,6 +132,8 @@ export async function createApp(options: {
       deferredQueued: settings.deferredMaxQueuedPerTenant,
     };
   };
+  const caps = (who: Principal) => capsFor(who.tenant);
+  const executor = new Executor(db, config.agents, settings, capsFor);
 
   await fastify.register(
     async (api) => {
@@ -127,17 +163,14 @@ export async function createApp(options: {
         if (fields.class !== undefined && fields.class !== 'default' && fields.class !== 'deferred') {
           throw badRequest("Expected `class` to be 'default' or 'deferred'", { field: 'class' });
         }
-        for (const unsupported of ['run_at', 'delay_seconds', 'callback_url'] as const) {
-          if (fields[unsupported] !== undefined) {
-            throw badRequest(`\`${unsupported}\` is not supported by this server yet`, {
-              field: unsupported,
-            });
-          }
+        if (fields.callback_url !== undefined) {
+          throw badRequest('`callback_url` is not supported by this server yet', { field: 'callback_url' });
         }
+        const scheduledFor = scheduleOf(fields);
         const runClass = fields.class === 'deferred' ? 'deferred' : 'default';
         const wait = fields.wait !== false;
         // A deferred run is never answered inline: it always goes through its queue.
-        const inline = wait && runClass === 'default';
+        const inline = wait && runClass === 'default' && scheduledFor === undefined;
         const run = await admitRun(
           db,
           who,
@@ -148,9 +181,12 @@ export async function createApp(options: {
             input: fields.input,
             metadata: fields.metadata,
             worker: executor.worker,
+            scheduledFor,
           },
           caps(who),
         );
+        // A scheduled run is answered at once: it starts when it is due.
+        if (scheduledFor !== undefined) return reply.status(202).send(present(run));
         if (!inline) {
           executor.notify();
           if (!wait) return reply.status(202).send(present(run));

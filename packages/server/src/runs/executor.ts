@@ -11,6 +11,8 @@ import {
   finishRun,
   heartbeat,
   interruptRuns,
+  promoteDueRuns,
+  type Caps,
   type RunRow,
 } from './store.js';
 
@@ -27,10 +29,13 @@ export class Executor {
   #loops: Promise<void>[] = [];
   #timer: ReturnType<typeof setInterval> | undefined;
 
+  #scheduler: ReturnType<typeof setInterval> | undefined;
+
   constructor(
     private readonly db: Database,
     private readonly agents: SluiceConfig['agents'],
     private readonly settings: ServerSettings,
+    private readonly capsFor: (tenant: string) => Caps,
   ) {}
 
   /** Executes a run that is already `running` in the store; resolves with its final row. */
@@ -113,6 +118,13 @@ export class Executor {
       Math.max(50, Math.floor(staleMs / 4)),
     );
     this.#timer.unref();
+    // Due scheduled runs move to their queue; a worker is woken when some did.
+    this.#scheduler = setInterval(() => {
+      void promoteDueRuns(this.db, this.capsFor)
+        .then((n) => n > 0 && this.notify())
+        .catch(() => undefined);
+    }, 250);
+    this.#scheduler.unref();
     for (let i = 0; i < this.settings.runConcurrency; i++) {
       this.#loops.push(this.#loop(() => claimQueuedRun(this.db, this.worker)));
     }
@@ -138,6 +150,7 @@ export class Executor {
     this.#stopped = true;
     this.#wake?.();
     clearInterval(this.#timer);
+    clearInterval(this.#scheduler);
     const pending = [...this.#running.values()].map((r) => r.done);
     let timer: ReturnType<typeof setTimeout> | undefined;
     await Promise.race([
@@ -185,6 +198,7 @@ export class Executor {
     this.#stopped = true;
     this.#wake?.();
     clearInterval(this.#timer);
+    clearInterval(this.#scheduler);
     for (const { controller } of this.#running.values()) controller.abort(new Error('server stopping'));
     await Promise.allSettled([...this.#running.values()].map((r) => r.done));
     await Promise.allSettled(this.#loops);

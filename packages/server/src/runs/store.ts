@@ -24,11 +24,13 @@ export interface RunRow {
   created_at: number;
   started_at: number | null;
   finished_at: number | null;
+  scheduled_for: number | null;
 }
 
 const columns = `id, seq::float8 AS seq, tenant, project, user_id, agent, class, mode, status, input, output, error,
   metadata, usage, (extract(epoch FROM created_at))::float8 AS created_at,
-  (extract(epoch FROM started_at))::float8 AS started_at, (extract(epoch FROM finished_at))::float8 AS finished_at`;
+  (extract(epoch FROM started_at))::float8 AS started_at, (extract(epoch FROM finished_at))::float8 AS finished_at,
+  (extract(epoch FROM scheduled_for))::float8 AS scheduled_for`;
 
 /** A run as the API shows it. */
 export function present(run: RunRow) {
@@ -46,6 +48,7 @@ export function present(run: RunRow) {
     created_at: Math.floor(run.created_at),
     started_at: run.started_at === null ? null : Math.floor(run.started_at),
     finished_at: run.finished_at === null ? null : Math.floor(run.finished_at),
+    scheduled_for: run.scheduled_for === null ? null : Math.floor(run.scheduled_for),
   };
 }
 
@@ -71,6 +74,8 @@ export async function admitRun(
     input: unknown;
     metadata: unknown;
     worker: string;
+    /** Epoch ms when the run becomes due; undefined: now. */
+    scheduledFor?: number;
   },
   caps: Caps,
 ): Promise<RunRow> {
@@ -101,7 +106,8 @@ export async function admitRun(
       if (caps.deferredQueued > 0 && queued >= caps.deferredQueued) {
         throw over('tenant', caps.deferredQueued, queued, 'deferred', 'queued or scheduled deferred runs');
       }
-    } else {
+    } else if (run.scheduledFor === undefined) {
+      // A scheduled default-class run counts for no cap until it is due (then promotion checks).
       const counts = (
         await tx.query<{ tenant: number; project: number }>(
           `SELECT count(*)::int AS tenant, count(*) FILTER (WHERE project = $2)::int AS project
@@ -118,9 +124,11 @@ export async function admitRun(
     }
     const id = `run_${randomBytes(12).toString('hex')}`;
     const inserted = await tx.query<RunRow>(
-      `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, metadata, started_at, worker)
+      `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, metadata, started_at, worker,
+         scheduled_for)
        VALUES ($1, $2, $3, $4, $5, $11, $6, $7, $8::jsonb, $9::jsonb,
-         CASE WHEN $6 = 'inline' THEN clock_timestamp() END, CASE WHEN $6 = 'inline' THEN $10 END)
+         CASE WHEN $6 = 'inline' THEN clock_timestamp() END, CASE WHEN $6 = 'inline' THEN $10 END,
+         to_timestamp($12::float8 / 1000))
        RETURNING ${columns}`,
       [
         id,
@@ -129,11 +137,12 @@ export async function admitRun(
         who.user,
         run.agent,
         run.mode,
-        run.mode === 'inline' ? 'running' : 'queued',
+        run.scheduledFor !== undefined ? 'scheduled' : run.mode === 'inline' ? 'running' : 'queued',
         JSON.stringify(run.input),
         run.metadata === undefined ? null : JSON.stringify(run.metadata),
         run.worker,
         run.class,
+        run.scheduledFor ?? null,
       ],
     );
     return inserted.rows[0]!;
@@ -307,15 +316,55 @@ export async function claimDeferredRun(
   return undefined;
 }
 
-/** Deferred runs queued longer than `maxWaitMs` end failed with `expired`. */
+/**
+ * Deferred runs still queued, and scheduled runs still not started, `maxWaitMs` after they
+ * became due end failed with `expired`.
+ */
 export async function expireDeferredRuns(db: Database, maxWaitMs: number): Promise<number> {
   const result = await db.query<{ id: string }>(
     `UPDATE agent_runs SET status = 'failed', finished_at = clock_timestamp(),
        error = jsonb_build_object('type', 'expired', 'message', 'the run was not started within AGENT_DEFERRED_MAX_WAIT_MS')
-     WHERE status = 'queued' AND class = 'deferred'
-       AND created_at < clock_timestamp() - $1::float8 * interval '1 millisecond'
+     WHERE ((status = 'queued' AND class = 'deferred') OR status = 'scheduled')
+       AND coalesce(scheduled_for, created_at) < clock_timestamp() - $1::float8 * interval '1 millisecond'
      RETURNING id`,
     [maxWaitMs],
   );
   return result.rows.length;
+}
+
+/**
+ * Moves due scheduled runs to their queue: deferred ones at once (their place in the deferred
+ * queue was counted when they were accepted), default-class ones only while their tenant and
+ * project are under the default-class cap (else they stay scheduled and start later).
+ * Returns how many were promoted.
+ */
+export async function promoteDueRuns(db: Database, capsFor: (tenant: string) => Caps): Promise<number> {
+  return db.transaction(async (tx) => {
+    const due = (
+      await tx.query<{ id: string; tenant: string; project: string; class: string }>(
+        `SELECT id, tenant, project, class FROM agent_runs
+         WHERE status = 'scheduled' AND scheduled_for <= clock_timestamp()
+         ORDER BY scheduled_for, seq LIMIT 100 FOR UPDATE SKIP LOCKED`,
+      )
+    ).rows;
+    let promoted = 0;
+    for (const run of due) {
+      if (run.class === 'default') {
+        await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [`sluice:tenant:${run.tenant}`]);
+        const counts = (
+          await tx.query<{ tenant: number; project: number }>(
+            `SELECT count(*)::int AS tenant, count(*) FILTER (WHERE project = $2)::int AS project
+             FROM agent_runs WHERE tenant = $1 AND class = 'default' AND status IN ('queued', 'running')`,
+            [run.tenant, run.project],
+          )
+        ).rows[0]!;
+        const caps = capsFor(run.tenant);
+        if (caps.perTenant > 0 && counts.tenant >= caps.perTenant) continue;
+        if (caps.perProject > 0 && counts.project >= caps.perProject) continue;
+      }
+      await tx.query(`UPDATE agent_runs SET status = 'queued' WHERE id = $1`, [run.id]);
+      promoted++;
+    }
+    return promoted;
+  });
 }
