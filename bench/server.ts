@@ -1,0 +1,218 @@
+/**
+ * The run server's cost per request, against a bare Fastify route that returns a constant,
+ * on this machine, in one run: requests per second and p99 latency for
+ *
+ *   - an admitted deferred run (202: auth, validation, the cap check and the insert),
+ *   - an over-cap request (429: auth, validation, the cap check, nothing written),
+ *   - the bare Fastify route (the floor: HTTP on loopback and the load generator itself).
+ *
+ * Store: embedded PGlite, and PostgreSQL too when one can be found or started.
+ * Run: npm run bench:server   (-- --quick)
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import Fastify from 'fastify';
+import pg from 'pg';
+import { parse } from 'pg-connection-string';
+import { createAgent } from 'sluice';
+import { createToken, defineConfig, serve } from '@sluice/server';
+import { startProviderStandIn } from '@sluice/testkit';
+// @ts-expect-error plain ESM script without types
+import { ensurePostgres } from '../scripts/postgres.mjs';
+
+const quick = process.argv.includes('--quick');
+const seconds = quick ? 2 : 5;
+const concurrency = 32;
+
+async function load(request: () => Promise<number>, expected: number) {
+  const latencies: number[] = [];
+  let wrong = 0;
+  const end = performance.now() + seconds * 1000;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (performance.now() < end) {
+        const start = performance.now();
+        const status = await request();
+        latencies.push(performance.now() - start);
+        if (status !== expected) wrong++;
+      }
+    }),
+  );
+  latencies.sort((a, b) => a - b);
+  return {
+    rps: latencies.length / seconds,
+    p50: latencies[Math.floor(latencies.length / 2)]!,
+    p99: latencies[Math.floor(latencies.length * 0.99)]!,
+    wrong,
+  };
+}
+
+const bare = Fastify();
+bare.post('/constant', async () => ({ ok: true }));
+const bareUrl = await bare.listen({ port: 0, host: '127.0.0.1' });
+const provider = await startProviderStandIn({ reply: () => ({ stall: true }) });
+const model = { api: 'openai-completions' as const, provider: 'stand-in', id: 'm', baseUrl: provider.url };
+
+const stores: { name: string; databaseUrl: string }[] = [{ name: 'PGlite', databaseUrl: '' }];
+const url = (await ensurePostgres()) as string | undefined;
+if (url) {
+  const base = parse(url);
+  const admin = new pg.Client({ connectionString: url });
+  await admin.connect();
+  await admin.query('DROP DATABASE IF EXISTS sluice_bench_server WITH (FORCE)');
+  await admin.query('CREATE DATABASE sluice_bench_server');
+  await admin.end();
+  const host = base.host
+    ? `?host=${encodeURIComponent(base.host)}${base.port ? `&port=${base.port}` : ''}`
+    : '';
+  stores.push({
+    name: 'PostgreSQL 15',
+    databaseUrl: `postgresql://${encodeURIComponent(base.user ?? '')}@/sluice_bench_server${host}`,
+  });
+}
+
+const json = { 'content-type': 'application/json' };
+const rows: string[][] = [];
+const floor = await load(
+  () =>
+    fetch(`${bareUrl}/constant`, { method: 'POST', headers: json, body: '{"input":"x"}' }).then(
+      async (r) => (await r.arrayBuffer(), r.status),
+    ),
+  200,
+);
+rows.push([
+  'bare Fastify route (constant)',
+  '-',
+  floor.rps.toFixed(0),
+  floor.p50.toFixed(2),
+  floor.p99.toFixed(2),
+  '1.00x',
+]);
+
+for (const store of stores) {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-bench-server-'));
+  const server = await serve({
+    config: defineConfig({
+      agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) },
+      settings: { maxActivePerTenant: 1, deferredMaxQueuedPerTenant: 0, deferredConcurrency: 1 },
+    }),
+    port: 0,
+    dataDir: dir,
+    databaseUrl: store.databaseUrl,
+  });
+  const token = (
+    await createToken(server.store.db, { tenant: 'bench', project: 'p', user: 'u', role: 'member' })
+  ).secret;
+  const headers = { ...json, authorization: `Bearer ${token}` };
+  const post = (body: string) =>
+    fetch(`${server.url}/api/client/v1/agents/echo/runs`, { method: 'POST', headers, body }).then(
+      async (r) => (await r.arrayBuffer(), r.status),
+    );
+  // One run that never ends holds the default-class cap of 1, so the next ones get 429.
+  await post('{"input":"hold","wait":false}');
+  const admitted = await load(() => post('{"input":"later","class":"deferred","wait":false}'), 202);
+  const refused = await load(() => post('{"input":"over"}'), 429);
+  for (const [label, r] of [
+    ['admitted deferred run (202)', admitted],
+    ['over the cap (429)', refused],
+  ] as const) {
+    rows.push([
+      label,
+      store.name,
+      r.rps.toFixed(0),
+      r.p50.toFixed(2),
+      r.p99.toFixed(2),
+      `${(floor.rps / r.rps).toFixed(2)}x`,
+    ]);
+    if (r.wrong > 0) console.warn(`${label} on ${store.name}: ${r.wrong} answers with another status`);
+  }
+  await server.close();
+  rmSync(dir, { recursive: true, force: true });
+}
+await provider.close();
+await bare.close();
+
+// Isolation: interactive (inline, default-class) run latency with an empty deferred queue and
+// with 1,000 deferred runs queued, on the same server and store.
+const isolationProvider = await startProviderStandIn({
+  reply: (r) => {
+    const last = String([...r.messages].reverse().find((m) => m.role === 'user')?.content ?? '');
+    return last.startsWith('batch') ? { stall: true } : { text: 'ok' };
+  },
+});
+const isolationModel = {
+  api: 'openai-completions' as const,
+  provider: 'stand-in',
+  id: 'm',
+  baseUrl: isolationProvider.url,
+};
+const isolationStore = stores.at(-1)!;
+const isoDir = mkdtempSync(join(tmpdir(), 'sluice-bench-iso-'));
+const iso = await serve({
+  config: defineConfig({
+    agents: { echo: createAgent({ model: isolationModel, credentials: { apiKey: 'k' } }) },
+  }),
+  port: 0,
+  dataDir: isoDir,
+  databaseUrl: isolationStore.databaseUrl,
+});
+const isoToken = (await createToken(iso.store.db, { tenant: 'iso', project: 'p', user: 'u', role: 'member' }))
+  .secret;
+const isoPost = (body: string) =>
+  fetch(`${iso.url}/api/client/v1/agents/echo/runs`, {
+    method: 'POST',
+    headers: { ...json, authorization: `Bearer ${isoToken}` },
+    body,
+  }).then(async (r) => {
+    await r.arrayBuffer();
+    return r.status;
+  });
+const interactive = async () => {
+  const samples: number[] = [];
+  for (let i = 0; i < (quick ? 40 : 200); i++) {
+    const start = performance.now();
+    if ((await isoPost('{"input":"hello"}')) !== 200) throw new Error('interactive run failed');
+    samples.push(performance.now() - start);
+  }
+  samples.sort((a, b) => a - b);
+  return { p50: samples[Math.floor(samples.length / 2)]!, p99: samples[Math.floor(samples.length * 0.99)]! };
+};
+await interactive(); // warm-up (JIT, pools, plans)
+await interactive();
+const empty = await interactive();
+for (let i = 0; i < 1000; i += 50) {
+  await Promise.all(
+    Array.from({ length: 50 }, () => isoPost('{"input":"batch job","class":"deferred","wait":false}')),
+  );
+}
+const backlog = (
+  await iso.store.db.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM agent_runs WHERE tenant = 'iso' AND class = 'deferred' AND status IN ('queued', 'running')`,
+  )
+).rows[0]!.n;
+const loaded = await interactive();
+await iso.close();
+await isolationProvider.close();
+rmSync(isoDir, { recursive: true, force: true });
+
+console.log(
+  `\nRun server against a bare Fastify route, ${concurrency} concurrent clients, ${seconds} s each, one run`,
+);
+console.log(`node ${process.version}, ${new Date().toISOString().slice(0, 10)}\n`);
+const header = ['request', 'store', 'requests/s', 'p50 ms', 'p99 ms', 'cost vs bare'];
+const widths = header.map((_, i) => Math.max(...[header, ...rows].map((r) => r[i]!.length)));
+const line = (r: string[]) => `| ${r.map((c, i) => c.padEnd(widths[i]!)).join(' | ')} |`;
+console.log(line(header));
+console.log(`|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`);
+for (const r of rows) console.log(line(r));
+
+console.log(`\nIsolation (${isolationStore.name}): inline default-class run, one at a time`);
+console.log(`| deferred backlog | p50 ms | p99 ms |`);
+console.log(`|---|---|---|`);
+console.log(`| empty | ${empty.p50.toFixed(2)} | ${empty.p99.toFixed(2)} |`);
+console.log(
+  `| ${backlog} deferred runs queued or running | ${loaded.p50.toFixed(2)} | ${loaded.p99.toFixed(2)} |`,
+);
+console.log(`p50 with the backlog / without: ${(loaded.p50 / empty.p50).toFixed(3)}`);
