@@ -126,10 +126,20 @@ export async function createApp(options: {
     const setting = settings.maxActivePerTenant;
     // The effective cap is the smaller of the setting and the tenant's quota (0 = no cap).
     const perTenant = quota === undefined ? setting : setting === 0 ? quota : Math.min(setting, quota);
+    const tenantQuota = config.tenants?.[tenant];
+    const periodMs = { hour: 3_600_000, day: 86_400_000, month: 30 * 86_400_000 } as const;
     return {
       perTenant,
       perProject: settings.maxActivePerProject,
       deferredQueued: settings.deferredMaxQueuedPerTenant,
+      runQuota: tenantQuota?.runs && {
+        limit: tenantQuota.runs.limit,
+        windowMs: periodMs[tenantQuota.runs.per],
+      },
+      spend: tenantQuota?.spend && {
+        limitUsd: tenantQuota.spend.limitUsd,
+        windowMs: periodMs[tenantQuota.spend.per],
+      },
     };
   };
   const caps = (who: Principal) => capsFor(who.tenant);

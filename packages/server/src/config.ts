@@ -1,12 +1,24 @@
 import type { Agent } from 'sluice';
 import type { ServerSettings } from './settings.js';
 
+/** A period for quotas: a sliding window of that length. */
+export type QuotaPeriod = 'hour' | 'day' | 'month';
+
+export interface TenantQuota {
+  /** Default-class runs active at once (the cap is the smaller of this and the setting). */
+  maxConcurrentAgentRuns?: number;
+  /** Runs admitted per period; more get 429 agent_quota_exceeded (Retry-After: 60). */
+  runs?: { limit: number; per: QuotaPeriod };
+  /** Spend (usage cost from model prices, USD) per period; over it, 429 spend_limit_exceeded. */
+  spend?: { limitUsd: number; per: QuotaPeriod };
+}
+
 /** What a `sluice.config.*` module exports. */
 export interface SluiceConfig {
   /** The agents the server runs, by the name used in `/agents/{agent}/runs`. */
   agents: Record<string, Agent<string> | Agent<never>>;
   /** Per-tenant quotas. */
-  tenants?: Record<string, { maxConcurrentAgentRuns?: number }>;
+  tenants?: Record<string, TenantQuota>;
   /** Settings; the spec's environment variables override them. */
   settings?: Partial<ServerSettings>;
   /** Called when the server stops (close a provider stand-in, pools...). */

@@ -57,6 +57,10 @@ export interface Caps {
   perProject: number;
   /** Deferred runs queued or scheduled per tenant. */
   deferredQueued: number;
+  /** Runs admitted per sliding window. */
+  runQuota?: { limit: number; windowMs: number };
+  /** Usage cost (USD) per sliding window. */
+  spend?: { limitUsd: number; windowMs: number };
 }
 
 /**
@@ -95,6 +99,50 @@ export async function admitRun(
         },
         { 'retry-after': '30' },
       );
+    // Quota and spend first: they apply to every class. A refused call costs no quota unit,
+    // since only admitted runs are rows.
+    if (caps.runQuota) {
+      const used = (
+        await tx.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM agent_runs
+           WHERE tenant = $1 AND created_at > clock_timestamp() - $2::float8 * interval '1 millisecond'`,
+          [who.tenant, caps.runQuota.windowMs],
+        )
+      ).rows[0]!.n;
+      if (used >= caps.runQuota.limit) {
+        throw new HttpError(
+          429,
+          'agent_quota_exceeded',
+          `The tenant's agent-run quota is used up: ${used} of ${caps.runQuota.limit} runs in the period`,
+          { limit: 'agent_runs', limit_value: caps.runQuota.limit, scope: 'tenant', class: run.class, used },
+          { 'retry-after': '60' },
+        );
+      }
+    }
+    if (caps.spend) {
+      const spent = (
+        await tx.query<{ usd: number }>(
+          `SELECT coalesce(sum((usage ->> 'cost')::float8), 0)::float8 AS usd FROM agent_runs
+           WHERE tenant = $1 AND created_at > clock_timestamp() - $2::float8 * interval '1 millisecond'`,
+          [who.tenant, caps.spend.windowMs],
+        )
+      ).rows[0]!.usd;
+      if (spent >= caps.spend.limitUsd) {
+        // Not a retry case: no Retry-After.
+        throw new HttpError(
+          429,
+          'spend_limit_exceeded',
+          `The tenant's spend limit is used up: $${spent.toFixed(4)} of $${caps.spend.limitUsd} in the period`,
+          {
+            limit: 'spend_usd',
+            limit_value: caps.spend.limitUsd,
+            scope: 'tenant',
+            class: run.class,
+            spent_usd: spent,
+          },
+        );
+      }
+    }
     if (run.class === 'deferred') {
       const queued = (
         await tx.query<{ n: number }>(

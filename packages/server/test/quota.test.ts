@@ -1,0 +1,88 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { createAgent } from 'sluice';
+import { createToken, defineConfig, serve, type RunningServer } from '@sluice/server';
+import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
+
+let server: RunningServer;
+let provider: ProviderStandIn;
+let dir: string;
+const tokens: Record<string, string> = {};
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'sluice-quota-'));
+  provider = await startProviderStandIn({
+    reply: () => ({ text: 'ok', usage: { input: 1000, output: 1000 } }),
+  });
+  // Priced at $1 per million tokens each way: each run costs $0.002.
+  const model = {
+    api: 'openai-completions' as const,
+    provider: 'stand-in',
+    id: 'm',
+    baseUrl: provider.url,
+    cost: { input: 1, output: 1 },
+  };
+  server = await serve({
+    config: defineConfig({
+      agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) },
+      tenants: {
+        quota: { runs: { limit: 2, per: 'day' } },
+        spender: { spend: { limitUsd: 0.003, per: 'month' } },
+      },
+    }),
+    port: 0,
+    dataDir: dir,
+    databaseUrl: '',
+  });
+  for (const tenant of ['quota', 'spender']) {
+    tokens[tenant] = (
+      await createToken(server.store.db, { tenant, project: 'p', user: 'u', role: 'member' })
+    ).secret;
+  }
+});
+afterAll(async () => {
+  await server.close();
+  await provider.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const post = async (tenant: string, body: unknown) => {
+  const r = await fetch(`${server.url}/api/client/v1/agents/echo/runs`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${tokens[tenant]}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return {
+    status: r.status,
+    retryAfter: r.headers.get('retry-after'),
+    body: (await r.json()) as { error?: Record<string, unknown> },
+  };
+};
+
+it('the run quota: admitted runs count, a refused call costs nothing, then 429 agent_quota_exceeded with Retry-After: 60', async () => {
+  expect((await post('quota', { input: 'a' })).status).toBe(200);
+  // A refused call (bad input) is not a run and costs no quota unit.
+  expect((await post('quota', { input: 'b', colour: 'red' })).status).toBe(400);
+  expect((await post('quota', { input: 'c' })).status).toBe(200);
+  const refused = await post('quota', { input: 'd', class: 'deferred' });
+  expect(refused.status).toBe(429);
+  expect(refused.retryAfter).toBe('60');
+  expect(refused.body.error).toMatchObject({
+    type: 'agent_quota_exceeded',
+    limit_value: 2,
+    used: 2,
+    scope: 'tenant',
+  });
+});
+
+it('the spend limit: runs are priced from token usage and model prices; over it, 429 spend_limit_exceeded, not retryable', async () => {
+  expect((await post('spender', { input: 'a' })).status).toBe(200); // $0.002
+  expect((await post('spender', { input: 'b' })).status).toBe(200); // $0.004 > $0.003
+  const refused = await post('spender', { input: 'c' });
+  expect(refused.status).toBe(429);
+  expect(refused.retryAfter).toBeNull();
+  expect(refused.body.error).toMatchObject({ type: 'spend_limit_exceeded', limit_value: 0.003 });
+  expect(refused.body.error!.spent_usd).toBeCloseTo(0.004, 6);
+});
