@@ -2,7 +2,7 @@ import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import type { SluiceConfig } from './config.js';
 import { HttpError, badRequest, notFound } from './errors.js';
 import { Executor } from './runs/executor.js';
-import { admitRun, finishRun, getRun, listRuns, present, queueCounts } from './runs/store.js';
+import { admitRun, finishRun, getRun, listRuns, present, queueCounts, type RunRow } from './runs/store.js';
 import type { ServerSettings } from './settings.js';
 import type { Store } from './store/store.js';
 import { findToken, type Principal } from './store/tokens.js';
@@ -143,7 +143,25 @@ export async function createApp(options: {
     };
   };
   const caps = (who: Principal) => capsFor(who.tenant);
-  const executor = new Executor(db, config.agents, settings, capsFor);
+  // When a run with a callback_url ends, POST it there: a few tries with backoff, then give up
+  // (the run itself is in the store either way).
+  const sendCallback = async (run: RunRow) => {
+    for (let attempt = 0; attempt < 4; attempt++) {
+      try {
+        const response = await fetch(run.callback_url!, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'user-agent': 'sluice-run-server' },
+          body: JSON.stringify(present(run)),
+          signal: AbortSignal.timeout(10_000),
+        });
+        if (response.ok) return;
+      } catch {
+        // try again
+      }
+      await new Promise((r) => setTimeout(r, 250 * 4 ** attempt));
+    }
+  };
+  const executor = new Executor(db, config.agents, settings, capsFor, sendCallback);
 
   await fastify.register(
     async (api) => {
@@ -173,8 +191,23 @@ export async function createApp(options: {
         if (fields.class !== undefined && fields.class !== 'default' && fields.class !== 'deferred') {
           throw badRequest("Expected `class` to be 'default' or 'deferred'", { field: 'class' });
         }
+        let callbackUrl: string | undefined;
         if (fields.callback_url !== undefined) {
-          throw badRequest('`callback_url` is not supported by this server yet', { field: 'callback_url' });
+          let url: URL | null = null;
+          try {
+            url = typeof fields.callback_url === 'string' ? new URL(fields.callback_url) : null;
+          } catch {
+            url = null;
+          }
+          if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
+            throw badRequest(
+              `Expected \`callback_url\` to be an http(s) URL, got \`${String(fields.callback_url)}\``,
+              {
+                field: 'callback_url',
+              },
+            );
+          }
+          callbackUrl = url.href;
         }
         const scheduledFor = scheduleOf(fields);
         const runClass = fields.class === 'deferred' ? 'deferred' : 'default';
@@ -192,6 +225,7 @@ export async function createApp(options: {
             metadata: fields.metadata,
             worker: executor.worker,
             scheduledFor,
+            callbackUrl,
           },
           caps(who),
         );

@@ -36,12 +36,19 @@ export class Executor {
     private readonly agents: SluiceConfig['agents'],
     private readonly settings: ServerSettings,
     private readonly capsFor: (tenant: string) => Caps,
+    /** Called with each run that ended here (callbacks). */
+    private readonly onFinished: (run: RunRow) => Promise<void> = async () => undefined,
   ) {}
 
   /** Executes a run that is already `running` in the store; resolves with its final row. */
   execute(run: RunRow): Promise<RunRow | undefined> {
     const controller = new AbortController();
-    const done = this.#execute(run, controller.signal).finally(() => this.#running.delete(run.id));
+    const done = this.#execute(run, controller.signal)
+      .then((final) => {
+        if (final?.callback_url) void this.onFinished(final);
+        return final;
+      })
+      .finally(() => this.#running.delete(run.id));
     this.#running.set(run.id, { controller, done });
     return done;
   }

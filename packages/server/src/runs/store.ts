@@ -25,12 +25,13 @@ export interface RunRow {
   started_at: number | null;
   finished_at: number | null;
   scheduled_for: number | null;
+  callback_url: string | null;
 }
 
 const columns = `id, seq::float8 AS seq, tenant, project, user_id, agent, class, mode, status, input, output, error,
   metadata, usage, (extract(epoch FROM created_at))::float8 AS created_at,
   (extract(epoch FROM started_at))::float8 AS started_at, (extract(epoch FROM finished_at))::float8 AS finished_at,
-  (extract(epoch FROM scheduled_for))::float8 AS scheduled_for`;
+  (extract(epoch FROM scheduled_for))::float8 AS scheduled_for, callback_url`;
 
 /** A run as the API shows it. */
 export function present(run: RunRow) {
@@ -80,6 +81,7 @@ export async function admitRun(
     worker: string;
     /** Epoch ms when the run becomes due; undefined: now. */
     scheduledFor?: number;
+    callbackUrl?: string;
   },
   caps: Caps,
 ): Promise<RunRow> {
@@ -173,10 +175,10 @@ export async function admitRun(
     const id = `run_${randomBytes(12).toString('hex')}`;
     const inserted = await tx.query<RunRow>(
       `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, metadata, started_at, worker,
-         scheduled_for)
+         scheduled_for, callback_url)
        VALUES ($1, $2, $3, $4, $5, $11, $6, $7, $8::jsonb, $9::jsonb,
          CASE WHEN $6 = 'inline' THEN clock_timestamp() END, CASE WHEN $6 = 'inline' THEN $10 END,
-         to_timestamp($12::float8 / 1000))
+         to_timestamp($12::float8 / 1000), $13)
        RETURNING ${columns}`,
       [
         id,
@@ -191,6 +193,7 @@ export async function admitRun(
         run.worker,
         run.class,
         run.scheduledFor ?? null,
+        run.callbackUrl ?? null,
       ],
     );
     return inserted.rows[0]!;
