@@ -57,3 +57,31 @@ it('SIGTERM drain: runs that finish in the drain time succeed, the rest end inte
   await provider.close();
   rmSync(dir, { recursive: true, force: true });
 });
+
+it('AGENT_BACKGROUND_MAX_DURATION_MS bounds every run: past it, failed with max_duration_exceeded', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-duration-'));
+  const provider = await startProviderStandIn({ reply: () => ({ stall: true }) });
+  const model = { api: 'openai-completions' as const, provider: 'stand-in', id: 'm', baseUrl: provider.url };
+  const server = await serve({
+    config: defineConfig({
+      agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) },
+      settings: { maxDurationMs: 300 },
+    }),
+    port: 0,
+    dataDir: dir,
+    databaseUrl: '',
+  });
+  const token = (await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' }))
+    .secret;
+  const response = await fetch(`${server.url}/api/client/v1/agents/echo/runs`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ input: 'forever' }),
+  });
+  const run = (await response.json()) as { status: string; error: { type: string } };
+  expect(response.status).toBe(200);
+  expect(run).toMatchObject({ status: 'failed', error: { type: 'max_duration_exceeded' } });
+  await server.close();
+  await provider.close();
+  rmSync(dir, { recursive: true, force: true });
+});
