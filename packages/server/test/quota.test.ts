@@ -14,7 +14,12 @@ const tokens: Record<string, string> = {};
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'sluice-quota-'));
   provider = await startProviderStandIn({
-    reply: () => ({ text: 'ok', usage: { input: 1000, output: 1000 } }),
+    reply: (r) => {
+      const last = String([...r.messages].reverse().find((m) => m.role === 'user')?.content ?? '');
+      if (last.includes('stall')) return { stall: true };
+      if (last.includes('fail')) return { status: 400, message: 'the model refused' };
+      return { text: 'ok', usage: { input: 1000, output: 1000 } };
+    },
   });
   // Priced at $1 per million tokens each way: each run costs $0.002.
   const model = {
@@ -31,6 +36,7 @@ beforeAll(async () => {
         quota: { runs: { limit: 2, per: 'day' } },
         spender: { spend: { limitUsd: 0.003, per: 'month' } },
       },
+      settings: { maxActivePerProject: 1 },
     }),
     port: 0,
     dataDir: dir,
@@ -41,6 +47,12 @@ beforeAll(async () => {
       await createToken(server.store.db, { tenant, project: 'p', user: 'u', role: 'member' })
     ).secret;
   }
+  tokens.p1 = (
+    await createToken(server.store.db, { tenant: 'proj', project: 'p1', user: 'u', role: 'member' })
+  ).secret;
+  tokens.p2 = (
+    await createToken(server.store.db, { tenant: 'proj', project: 'p2', user: 'u', role: 'member' })
+  ).secret;
 });
 afterAll(async () => {
   await server.close();
@@ -57,7 +69,7 @@ const post = async (tenant: string, body: unknown) => {
   return {
     status: r.status,
     retryAfter: r.headers.get('retry-after'),
-    body: (await r.json()) as { error?: Record<string, unknown> },
+    body: (await r.json()) as { id?: string; status?: string; error?: Record<string, unknown> },
   };
 };
 
@@ -85,4 +97,31 @@ it('the spend limit: runs are priced from token usage and model prices; over it,
   expect(refused.retryAfter).toBeNull();
   expect(refused.body.error).toMatchObject({ type: 'spend_limit_exceeded', limit_value: 0.003 });
   expect(refused.body.error!.spent_usd).toBeCloseTo(0.004, 6);
+});
+
+it('the project cap: 429 with scope project, while another project of the tenant still gets through', async () => {
+  const held = await post('p1', { input: 'stall', wait: false });
+  expect(held.status).toBe(202);
+  // Queued or running, it holds the project's one place either way.
+  const refused = await post('p1', { input: 'more' });
+  expect(refused.status).toBe(429);
+  expect(refused.retryAfter).toBe('30');
+  expect(refused.body.error).toMatchObject({
+    type: 'agent_run_concurrency_limit',
+    scope: 'project',
+    limit_value: 1,
+    class: 'default',
+  });
+  expect((await post('p2', { input: 'other project' })).status).toBe(200);
+  await fetch(`${server.url}/api/client/v1/agents/runs/${held.body.id}/cancel`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${tokens.p1}` },
+  });
+});
+
+it('a run whose agent fails ends failed with agent_error and the reason', async () => {
+  const run = await post('p2', { input: 'please fail' });
+  expect(run.status).toBe(200);
+  expect(run.body).toMatchObject({ status: 'failed', error: { type: 'agent_error' } });
+  expect(String(run.body.error!.message)).toContain('the model refused');
 });
