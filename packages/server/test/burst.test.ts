@@ -94,13 +94,13 @@ describe.runIf(postgres)('two server processes on one PostgreSQL', () => {
 
     // Every admitted run runs to the end, exactly once: one provider request each.
     const ids = admitted.map((r) => r.body.id!);
-    for (let i = 0; i < 600; i++) {
+    for (let i = 0; i < 1200; i++) {
       const done = await pool.query(
         `SELECT count(*)::int AS n FROM agent_runs WHERE id = ANY($1) AND status = 'succeeded'`,
         [ids],
       );
       if (done.rows[0].n === 250) break;
-      await new Promise((r) => setTimeout(r, 100));
+      await new Promise((r) => setTimeout(r, 50));
     }
     const done = await pool.query(
       `SELECT count(*)::int AS n FROM agent_runs WHERE id = ANY($1) AND status = 'succeeded'`,

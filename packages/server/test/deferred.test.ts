@@ -1,73 +1,14 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterEach, expect, it } from 'vitest';
-import { createAgent } from 'sluice';
-import { createToken, defineConfig, serve, type RunningServer, type ServerSettings } from '@sluice/server';
-import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
-
-const cleanups: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  for (const c of cleanups.splice(0).reverse()) await c();
-});
-
-async function start(settings: Partial<ServerSettings>) {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-deferred-'));
-  const provider: ProviderStandIn = await startProviderStandIn({
-    reply: (r) => {
-      const last = String([...r.messages].reverse().find((m) => m.role === 'user')?.content ?? '');
-      return last.includes('stall') ? { stall: true } : { text: `done ${last}` };
-    },
-  });
-  const model = { api: 'openai-completions' as const, provider: 'stand-in', id: 'm', baseUrl: provider.url };
-  const server: RunningServer = await serve({
-    config: defineConfig({
-      agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) },
-      settings,
-    }),
-    port: 0,
-    dataDir: dir,
-    databaseUrl: '',
-  });
-  cleanups.push(async () => {
-    await server.close();
-    await provider.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-  const token = (await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' }))
-    .secret;
-  const call = async (method: string, path: string, body?: unknown) => {
-    const r = await fetch(`${server.url}/api/client/v1${path}`, {
-      method,
-      headers: { authorization: `Bearer ${token}`, ...(body ? { 'content-type': 'application/json' } : {}) },
-      body: body ? JSON.stringify(body) : undefined,
-    });
-    return {
-      status: r.status,
-      retryAfter: r.headers.get('retry-after'),
-      // eslint-disable-next-line @typescript-eslint/no-explicit-any -- bodies are checked field by field
-      body: (await r.json()) as Record<string, any>,
-    };
-  };
-  const queue = async () => (await call('GET', '/agents/runs/queue')).body.deferred as Record<string, number>;
-  return { server, call, queue };
-}
-
-async function until(check: () => Promise<boolean>): Promise<void> {
-  for (let i = 0; i < 400; i++) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error('condition not reached');
-}
+import { expect, it } from 'vitest';
+import { startTestServer as start, until } from './helpers.js';
 
 it('deferred runs: their own running cap per tenant, their own queue cap, and no effect on default-class runs', async () => {
-  const { call, queue } = await start({
+  const { call } = await start({
     deferredMaxRunningPerTenant: 2,
     deferredMaxQueuedPerTenant: 3,
     deferredConcurrency: 4,
     syncTimeoutMs: 300,
   });
+  const queue = async () => (await call('GET', '/agents/runs/queue')).body.deferred as Record<string, number>;
   for (const n of [1, 2, 3]) {
     expect(
       (await call('POST', '/agents/echo/runs', { input: `stall d${n}`, class: 'deferred', wait: false }))

@@ -126,11 +126,7 @@ export class Executor {
     );
     this.#timer.unref();
     // Due scheduled runs move to their queue; a worker is woken when some did.
-    this.#scheduler = setInterval(() => {
-      void promoteDueRuns(this.db, this.capsFor)
-        .then((n) => n > 0 && this.notify())
-        .catch(() => undefined);
-    }, 250);
+    this.#scheduler = setInterval(() => void this.promoteNow().catch(() => undefined), 250);
     this.#scheduler.unref();
     for (let i = 0; i < this.settings.runConcurrency; i++) {
       this.#loops.push(this.#loop(() => claimQueuedRun(this.db, this.worker)));
@@ -141,6 +137,13 @@ export class Executor {
         this.#loop(() => claimDeferredRun(this.db, this.worker, this.settings.deferredMaxRunningPerTenant)),
       );
     }
+  }
+
+  /** Moves due scheduled runs to their queues now (the scheduler does it every 250 ms); returns how many. */
+  async promoteNow(): Promise<number> {
+    const promoted = await promoteDueRuns(this.db, this.capsFor);
+    if (promoted > 0) this.notify();
+    return promoted;
   }
 
   /** Runs executing in this process now. */
