@@ -10,7 +10,7 @@ import {
   type Model,
   type SimpleStreamOptions,
 } from '@mariozechner/pi-ai';
-import { ConcurrencyError, ConcurrencyTimeoutError, TurnError } from '../concurrency/errors.js';
+import { ConcurrencyTimeoutError, TurnError } from '../concurrency/errors.js';
 import { RunTimeoutError } from './errors.js';
 import type { ConcurrencyEvent } from '../concurrency/events.js';
 import { acquireSlot, type HeldSlot } from '../concurrency/slot.js';
@@ -312,4 +312,3 @@ function scopeFields(scope: RunScope) {
   };
 }
 
-export { ConcurrencyError };
