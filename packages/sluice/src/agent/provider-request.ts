@@ -311,4 +311,3 @@ function scopeFields(scope: RunScope) {
     parentRunId: scope.parentRunId,
   };
 }
-
