@@ -17,9 +17,9 @@
  * Run: npm run bench:postgres   (-- --quick for shorter windows)
  */
 import pg from 'pg';
-import { parse } from 'pg-connection-string';
 import { createPostgresConcurrencyLimiter } from '@sluice/postgres';
 import { spawnWorker } from '../packages/postgres/test/workers/spawn.js';
+import { serverOf } from '../scripts/postgres-config.js';
 // @ts-expect-error plain ESM script without types
 import { ensurePostgres } from '../scripts/postgres.mjs';
 
@@ -36,14 +36,8 @@ const limits = {
 
 const url = (await ensurePostgres()) as string | undefined;
 if (!url) throw new Error('No PostgreSQL server found or startable');
-const base = parse(url);
-const server = {
-  host: base.host ?? undefined,
-  port: base.port ? Number(base.port) : undefined,
-  user: base.user ?? undefined,
-  password: base.password || undefined,
-};
-const monitor = new pg.Client({ ...server, database: base.database ?? 'postgres' });
+const { server, database: monitorDatabase } = serverOf(url);
+const monitor = new pg.Client({ ...server, database: monitorDatabase });
 await monitor.connect();
 for (const design of ['spec', 'ours']) {
   await monitor.query(`DROP DATABASE IF EXISTS sluice_bench_${design} WITH (FORCE)`);

@@ -15,10 +15,10 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import Fastify from 'fastify';
 import pg from 'pg';
-import { parse } from 'pg-connection-string';
 import { createAgent } from 'sluice';
 import { createToken, defineConfig, serve } from '@sluice/server';
 import { startProviderStandIn } from '@sluice/testkit';
+import { serverOf, urlOf } from '../scripts/postgres-config.js';
 // @ts-expect-error plain ESM script without types
 import { ensurePostgres } from '../scripts/postgres.mjs';
 
@@ -58,19 +58,12 @@ const model = { api: 'openai-completions' as const, provider: 'stand-in', id: 'm
 const stores: { name: string; databaseUrl: string }[] = [{ name: 'PGlite', databaseUrl: '' }];
 const url = (await ensurePostgres()) as string | undefined;
 if (url) {
-  const base = parse(url);
   const admin = new pg.Client({ connectionString: url });
   await admin.connect();
   await admin.query('DROP DATABASE IF EXISTS sluice_bench_server WITH (FORCE)');
   await admin.query('CREATE DATABASE sluice_bench_server');
   await admin.end();
-  const host = base.host
-    ? `?host=${encodeURIComponent(base.host)}${base.port ? `&port=${base.port}` : ''}`
-    : '';
-  stores.push({
-    name: 'PostgreSQL 15',
-    databaseUrl: `postgresql://${encodeURIComponent(base.user ?? '')}@/sluice_bench_server${host}`,
-  });
+  stores.push({ name: 'PostgreSQL 15', databaseUrl: urlOf(serverOf(url).server, 'sluice_bench_server') });
 }
 
 const json = { 'content-type': 'application/json' };

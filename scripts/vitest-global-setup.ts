@@ -1,6 +1,6 @@
 import pg from 'pg';
-import { parse } from 'pg-connection-string';
 import type { TestProject } from 'vitest/node';
+import { serverOf } from './postgres-config.js';
 // @ts-expect-error plain ESM script without types
 import { ensurePostgres } from './postgres.mjs';
 
@@ -32,21 +32,15 @@ export default async function setup(project: TestProject) {
     project.provide('postgres', undefined);
     return;
   }
-  const base = parse(url);
-  const config = {
-    host: base.host ?? undefined,
-    port: base.port ? Number(base.port) : undefined,
-    user: base.user ?? undefined,
-    password: base.password || undefined,
-  };
+  const { server: config, database: adminDatabase } = serverOf(url);
   const database = `sluice_test_${Date.now().toString(36)}_${process.pid}`;
-  const admin = new pg.Client({ ...config, database: base.database ?? 'postgres' });
+  const admin = new pg.Client({ ...config, database: adminDatabase });
   await admin.connect();
   await admin.query(`CREATE DATABASE ${database}`);
   await admin.end();
   project.provide('postgres', { ...config, database });
   return async () => {
-    const client = new pg.Client({ ...config, database: base.database ?? 'postgres' });
+    const client = new pg.Client({ ...config, database: adminDatabase });
     await client.connect();
     await client.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
     await client.end();

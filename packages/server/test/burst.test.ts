@@ -6,6 +6,7 @@ import { inject } from 'vitest';
 import { createToken } from '@sluice/server';
 import { toDatabase } from '@sluice/postgres';
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
+import { urlOf } from '../../../scripts/postgres-config.js';
 
 const postgres = inject('postgres');
 const root = fileURLToPath(new URL('../../../', import.meta.url));
@@ -53,8 +54,7 @@ describe.runIf(postgres)('two server processes on one PostgreSQL', () => {
         return { text: `done ${prompt}` };
       },
     });
-    const { host, port, user, database } = postgres!;
-    const databaseUrl = `postgresql://${encodeURIComponent(user ?? '')}@/${database}?host=${encodeURIComponent(host ?? '')}${port ? `&port=${port}` : ''}`;
+    const databaseUrl = urlOf(postgres!, postgres!.database);
     const env = {
       DATABASE_URL: databaseUrl,
       PROVIDER_URL: provider.url,
@@ -127,8 +127,7 @@ describe.runIf(postgres)('two server processes on one PostgreSQL', () => {
         return prompt.startsWith('stall') ? { stall: true } : { text: `done ${prompt}` };
       },
     });
-    const { host, port, user, database } = postgres!;
-    const databaseUrl = `postgresql://${encodeURIComponent(user ?? '')}@/${database}?host=${encodeURIComponent(host ?? '')}${port ? `&port=${port}` : ''}`;
+    const databaseUrl = urlOf(postgres!, postgres!.database);
     const env = {
       DATABASE_URL: databaseUrl,
       PROVIDER_URL: crashProvider.url,
