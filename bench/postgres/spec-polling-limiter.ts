@@ -8,7 +8,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { allocate, type ConcurrencyLease } from 'sluice/concurrency';
-import type { Database } from '@sluice/postgres';
+import type { Database } from '@sluice/postgres/database';
 
 interface StoredLimits {
   maxConcurrent: number;

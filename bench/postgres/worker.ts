@@ -5,7 +5,8 @@
  */
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { createPostgresConcurrencyLimiter, toDatabase, type Database } from '@sluice/postgres';
+import { createPostgresConcurrencyLimiter } from '@sluice/postgres';
+import { toDatabase, type Database } from '@sluice/postgres/database';
 import type { ConcurrencyLease } from 'sluice/concurrency';
 import { SpecPollingLimiter } from './spec-polling-limiter.js';
 

@@ -1,14 +1,9 @@
 /**
  * `@sluice/postgres`: one concurrency limit shared by many worker processes through
- * PostgreSQL, on node-postgres or embedded PGlite.
+ * PostgreSQL, on node-postgres or embedded PGlite. The driver layer is on the
+ * `@sluice/postgres/database` subpath.
  */
-export {
-  createPostgresConcurrencyLimiter,
-  PostgresConcurrencyLimiter,
-  postgresLimiterDefaults,
-} from './postgres-limiter.js';
+export { createPostgresConcurrencyLimiter, PostgresConcurrencyLimiter } from './postgres-limiter.js';
 export type { PostgresConcurrencyLimiterOptions } from './postgres-limiter.js';
-export { postgresConcurrencySchemaSql, ensureSchema } from './schema.js';
-export { toDatabase, fromPgPool, fromPGlite } from './database.js';
-export { statements as splitSqlStatements, quoteIdent } from './schema.js';
-export type { Database, DatabaseInput, SqlClient, QueryResult, ListenSession } from './database.js';
+export { postgresConcurrencySchemaSql } from './schema.js';
+export type { DatabaseInput } from './database.js';

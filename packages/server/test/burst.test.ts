@@ -4,7 +4,7 @@ import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import { createToken } from '@sluice/server';
-import { toDatabase } from '@sluice/postgres';
+import { toDatabase } from '@sluice/postgres/database';
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
 import { urlOf } from '../../../scripts/postgres-config.js';
 

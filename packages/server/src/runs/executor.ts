@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { RunTimeoutError } from 'sluice';
-import type { Database } from '@sluice/postgres';
+import type { Database } from '@sluice/postgres/database';
 import type { SluiceConfig } from '../config.js';
 import type { ServerSettings } from '../settings.js';
 import {

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { Database } from '@sluice/postgres';
+import type { Database } from '@sluice/postgres/database';
 import { HttpError } from '../errors.js';
 import type { Principal } from '../store/tokens.js';
 

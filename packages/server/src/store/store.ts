@@ -1,9 +1,10 @@
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
-import { splitSqlStatements, toDatabase, type Database } from '@sluice/postgres';
+import { splitSqlStatements, toDatabase, type Database } from '@sluice/postgres/database';
 
-const migrationsDir = new URL('./migrations/', import.meta.url);
+// Beside src/ and dist/ alike, so the source and the built package read the same files.
+const migrationsDir = new URL('../../sql/', import.meta.url);
 
 export interface Store {
   readonly db: Database;

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import type { Database } from '@sluice/postgres';
+import type { Database } from '@sluice/postgres/database';
 
 export type Role = 'admin' | 'member' | 'read';
 

@@ -1,0 +1,7 @@
+/**
+ * `@sluice/postgres/database`: the small driver layer the limiter runs on, for code that wants
+ * the same `Database` over node-postgres or PGlite (the run server's store uses it).
+ */
+export { toDatabase, fromPgPool, fromPGlite } from './database.js';
+export type { Database, DatabaseInput, SqlClient, QueryResult, ListenSession } from './database.js';
+export { statements as splitSqlStatements, quoteIdent } from './schema.js';
