@@ -1,55 +1,80 @@
-import { parseArgs } from 'node:util';
 import { resolve } from 'node:path';
-import { loadConfig, serve } from './server.js';
+import { parseArgs } from 'node:util';
+import { loadConfig, serve, type RunningServer } from './server.js';
 import { openStore } from './store/store.js';
-import { createToken, type Role } from './store/tokens.js';
+import { countLiveTokens, createToken, listTokens, revokeToken, type Role } from './store/tokens.js';
 
 const usage = `Usage:
   sluice serve [--config FILE] [--port N] [--host H]
-  sluice tokens create --tenant T --project P --user U --role admin|member|read [--config FILE]`;
+  sluice tokens create --tenant T --project P --user U --role admin|member|read
+  sluice tokens list [--tenant T]
+  sluice tokens revoke ID`;
 
-async function main(argv: string[]): Promise<void> {
-  const [command, sub] = argv;
-  if (command === 'serve') {
-    const { values } = parseArgs({
-      args: argv.slice(1),
-      options: { config: { type: 'string' }, port: { type: 'string' }, host: { type: 'string' } },
-    });
-    const port = values.port === undefined ? 8787 : Number(values.port);
-    if (!Number.isInteger(port) || port < 0 || port > 65535)
-      throw new Error(`Expected --port to be 0 to 65535, got ${values.port}`);
-    const { config, source } = await loadConfig(values.config);
-    const server = await serve({ config, port, host: values.host });
-    // A local admin token so the first request can be pasted as it is.
+/** The store the CLI's token commands use: DATABASE_URL, else the embedded one in ./.sluice. */
+const openCliStore = () =>
+  openStore({ databaseUrl: process.env.DATABASE_URL || undefined, dataDir: resolve('.sluice', 'db') });
+
+async function serveCommand(args: string[]): Promise<void> {
+  // Signals are taken first: a SIGTERM during a slow start (a config that starts things, a
+  // migration) ends the process cleanly instead of being lost or killing it half-open.
+  const state: { server?: RunningServer } = {};
+  let stopping: Promise<void> | undefined;
+  const stop = (signal: string) => {
+    stopping ??= (async () => {
+      const server = state.server;
+      if (!server) return; // still starting: the start-up finishes, then drains at once
+      console.log(`${signal}: draining`);
+      const interrupted = await server.drain();
+      if (interrupted.length > 0)
+        console.log(`Interrupted ${interrupted.length} runs that did not finish in time`);
+      process.exit(0);
+    })();
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+  // Nothing that slips through a handler ends the process with runs in flight: it is logged.
+  process.on('unhandledRejection', (reason) => console.error('unhandled rejection:', reason));
+
+  const { values } = parseArgs({
+    args,
+    options: { config: { type: 'string' }, port: { type: 'string' }, host: { type: 'string' } },
+  });
+  const port = values.port === undefined ? 8787 : Number(values.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65535)
+    throw new Error(`Expected --port to be 0 to 65535, got ${values.port}`);
+  const { config, source } = await loadConfig(values.config);
+  const server = await serve({ config, port, host: values.host });
+  state.server = server;
+  if (stopping) {
+    stopping = undefined;
+    stop('signal during start-up');
+    return;
+  }
+  const agents = Object.keys(config.agents);
+  console.log(`Sluice is serving ${agents.join(', ')} (${source}) on ${server.url}`);
+  console.log(
+    process.env.DATABASE_URL
+      ? 'State: PostgreSQL (DATABASE_URL)'
+      : `State: embedded PGlite in ${resolve('.sluice')}`,
+  );
+  // A first admin token, only for a store that has none: restarts mint nothing new.
+  if ((await countLiveTokens(server.store.db)) === 0) {
     const token = await createToken(server.store.db, {
       tenant: 'local',
       project: 'default',
       user: 'local',
       role: 'admin',
     });
-    const agent = Object.keys(config.agents)[0]!;
-    console.log(`Sluice is serving ${Object.keys(config.agents).join(', ')} (${source}) on ${server.url}`);
     console.log(
-      process.env.DATABASE_URL
-        ? 'State: PostgreSQL (DATABASE_URL)'
-        : `State: embedded PGlite in ${resolve('.sluice')}`,
+      `\nA first admin token was created (shown once; more with \`sluice tokens create\`).\nTry it:\n  curl -s ${server.url}/api/client/v1/agents/${agents[0]}/runs \\\n    -H "Authorization: Bearer ${token.secret}" -H "Content-Type: application/json" \\\n    -d '{"input": "tides"}'\n`,
     );
-    console.log(
-      `\nTry it:\n  curl -s ${server.url}/api/client/v1/agents/${agent}/runs \\\n    -H "Authorization: Bearer ${token.secret}" -H "Content-Type: application/json" \\\n    -d '{"input": "tides"}'\n`,
-    );
-    const stop = async () => {
-      const interrupted = await server.drain();
-      if (interrupted.length > 0)
-        console.log(`Interrupted ${interrupted.length} runs that did not finish in time`);
-      process.exit(0);
-    };
-    process.once('SIGINT', () => void stop());
-    process.once('SIGTERM', () => void stop());
-    return;
   }
-  if (command === 'tokens' && sub === 'create') {
+}
+
+async function tokensCommand(sub: string | undefined, args: string[]): Promise<void> {
+  if (sub === 'create') {
     const { values } = parseArgs({
-      args: argv.slice(2),
+      args,
       options: {
         tenant: { type: 'string' },
         project: { type: 'string' },
@@ -61,10 +86,7 @@ async function main(argv: string[]): Promise<void> {
     for (const field of ['tenant', 'project', 'user', 'role'] as const) {
       if (!values[field]) throw new Error(`Missing --${field}\n${usage}`);
     }
-    const store = await openStore({
-      databaseUrl: process.env.DATABASE_URL,
-      dataDir: resolve('.sluice', 'db'),
-    });
+    const store = await openCliStore();
     try {
       const token = await createToken(store.db, {
         tenant: values.tenant!,
@@ -82,6 +104,42 @@ async function main(argv: string[]): Promise<void> {
     }
     return;
   }
+  if (sub === 'list') {
+    const { values } = parseArgs({ args, options: { tenant: { type: 'string' } } });
+    const store = await openCliStore();
+    try {
+      const tokens = await listTokens(store.db, values.tenant);
+      if (tokens.length === 0) console.log('No tokens.');
+      for (const t of tokens) {
+        console.log(
+          `${t.id}  tenant=${t.tenant} project=${t.project} user=${t.user} role=${t.role} created=${t.created_at}` +
+            (t.revoked_at ? ` revoked=${t.revoked_at}` : ''),
+        );
+      }
+    } finally {
+      await store.close();
+    }
+    return;
+  }
+  if (sub === 'revoke') {
+    const id = args[0];
+    if (!id) throw new Error(`Missing the token id\n${usage}`);
+    const store = await openCliStore();
+    try {
+      if (!(await revokeToken(store.db, id))) throw new Error(`No live token ${id}`);
+      console.log(`Revoked ${id}: it is refused from its next request on.`);
+    } finally {
+      await store.close();
+    }
+    return;
+  }
+  throw new Error(usage);
+}
+
+async function main(argv: string[]): Promise<void> {
+  const [command, sub] = argv;
+  if (command === 'serve') return serveCommand(argv.slice(1));
+  if (command === 'tokens') return tokensCommand(sub, argv.slice(2));
   console.log(usage);
   process.exitCode = command === undefined || command === 'help' || command === '--help' ? 0 : 1;
 }

@@ -11,6 +11,8 @@ export interface TenantQuota {
   runs?: { limit: number; per: QuotaPeriod };
   /** Spend (usage cost from model prices, USD) per period; over it, 429 spend_limit_exceeded. */
   spend?: { limitUsd: number; per: QuotaPeriod };
+  /** The agents this tenant may run; without it, every agent. Others answer 404, as if they did not exist. */
+  agents?: string[];
 }
 
 /** What a `sluice.config.*` module exports. */
@@ -43,5 +45,31 @@ export function defineConfig(config: SluiceConfig): SluiceConfig {
       throw new TypeError(`Expected agent names to be 1 to 64 letters, digits, _ or -, got \`${name}\``);
     }
   }
+  for (const [tenant, quota] of Object.entries(config.tenants ?? {})) {
+    for (const name of quota.agents ?? []) {
+      if (!Object.hasOwn(config.agents, name)) {
+        throw new TypeError(`Tenant \`${tenant}\` lists agent \`${name}\`, which is not in \`agents\``);
+      }
+    }
+  }
   return config;
+}
+
+type AnyAgent = SluiceConfig['agents'][string];
+
+/**
+ * The agent a tenant may run under `name`, or undefined. Own keys only: `__proto__`,
+ * `constructor` and the like are names of nothing.
+ */
+export function agentFor(config: SluiceConfig, tenant: string, name: string): AnyAgent | undefined {
+  if (!Object.hasOwn(config.agents, name)) return undefined;
+  const allowed =
+    config.tenants && Object.hasOwn(config.tenants, tenant) ? config.tenants[tenant]!.agents : undefined;
+  if (allowed && !allowed.includes(name)) return undefined;
+  return config.agents[name];
+}
+
+/** A tenant's quotas, by own key only. */
+export function tenantQuota(config: SluiceConfig, tenant: string): TenantQuota | undefined {
+  return config.tenants && Object.hasOwn(config.tenants, tenant) ? config.tenants[tenant] : undefined;
 }

@@ -1,7 +1,7 @@
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { createApp, type ServerApp } from './app.js';
+import { createApp, type AppOptions, type ServerApp } from './app.js';
 import type { SluiceConfig } from './config.js';
 import { demoConfig } from './demo-config.js';
 import { resolveSettings } from './settings.js';
@@ -17,6 +17,8 @@ export interface ServeOptions {
   databaseUrl?: string;
   /** @default ./.sluice */
   dataDir?: string;
+  logger?: AppOptions['logger'];
+  checkCallbackUrl?: AppOptions['checkCallbackUrl'];
 }
 
 export interface RunningServer extends ServerApp {
@@ -45,32 +47,63 @@ export async function loadConfig(file?: string): Promise<{ config: SluiceConfig;
   return { config: await demoConfig(), source: 'built-in demo' };
 }
 
-/** Opens the store, builds the app and listens. */
+/**
+ * Opens the store, builds the app, listens, and only then starts the background work (workers
+ * claim nothing before the port is bound). Whatever fails on the way closes what was opened.
+ */
 export async function serve(options: ServeOptions = {}): Promise<RunningServer> {
   const config = options.config ?? (await loadConfig(options.configFile)).config;
   const settings = resolveSettings(config.settings);
-  const dataDir = options.dataDir ?? resolve('.sluice');
+  const dataDir = resolve(options.dataDir ?? '.sluice');
   const databaseUrl = options.databaseUrl ?? process.env.DATABASE_URL;
-  if (!databaseUrl) mkdirSync(dataDir, { recursive: true });
-  const store = await openStore({ databaseUrl, dataDir: resolve(dataDir, 'db') });
-  const app = await createApp({ store, config, settings });
-  const host = options.host ?? '127.0.0.1';
-  const address = await app.fastify.listen({ port: options.port ?? 8787, host });
-  return {
-    ...app,
-    url: address,
-    store,
-    config,
-    async drain() {
-      const interrupted = await app.drain();
-      await store.close();
-      await config.close?.();
-      return interrupted;
-    },
-    async close() {
-      await app.close();
-      await store.close();
-      await config.close?.();
-    },
-  };
+  let app: ServerApp | undefined;
+  const storeErrors: Error[] = [];
+  const store = await openStore({
+    databaseUrl: databaseUrl || undefined,
+    dataDir: resolve(dataDir, 'db'),
+    statementTimeoutMs: settings.statementTimeoutMs,
+    poolSize: settings.poolSize,
+    // A connection the database ended; the pool replaces it. Logged, never fatal.
+    onError: (error) =>
+      app
+        ? app.fastify.log.warn({ error: error.message }, 'database connection lost')
+        : storeErrors.push(error),
+  });
+  try {
+    app = await createApp({
+      store,
+      config,
+      settings,
+      logger: options.logger,
+      checkCallbackUrl: options.checkCallbackUrl,
+    });
+    const address = await app.fastify.listen({
+      port: options.port ?? 8787,
+      host: options.host ?? '127.0.0.1',
+    });
+    await app.start();
+    const running = app;
+    return {
+      ...running,
+      url: address,
+      store,
+      config,
+      async drain() {
+        const interrupted = await running.drain();
+        await store.close();
+        await config.close?.();
+        return interrupted;
+      },
+      async close() {
+        await running.close();
+        await store.close();
+        await config.close?.();
+      },
+    };
+  } catch (error) {
+    await app?.close().catch(() => undefined);
+    await store.close().catch(() => undefined);
+    await config.close?.();
+    throw error;
+  }
 }

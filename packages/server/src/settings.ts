@@ -1,4 +1,12 @@
 /** The server's settings, under the spec's names; environment variables override the config file. */
+
+const SECOND = 1000;
+const MINUTE = 60 * SECOND;
+const HOUR = 60 * MINUTE;
+const DAY = 24 * HOUR;
+/** The longest delay `setTimeout` keeps: anything above fires after 1 ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 export interface ServerSettings {
   /** AGENT_RUN_MAX_ACTIVE_PER_TENANT: default-class queued + running runs per tenant; 0 = no cap. */
   maxActivePerTenant: number;
@@ -6,7 +14,7 @@ export interface ServerSettings {
   maxActivePerProject: number;
   /** AGENT_RUN_CONCURRENCY: default-class queue workers per process. */
   runConcurrency: number;
-  /** AGENT_SYNC_TIMEOUT_MS: how long an inline call holds the connection before answering 202. */
+  /** AGENT_SYNC_TIMEOUT_MS: how long a waiting call is held before it is answered 202. */
   syncTimeoutMs: number;
   /** AGENT_BACKGROUND_MAX_DURATION_MS: wall-clock ceiling of any run. */
   maxDurationMs: number;
@@ -22,69 +30,111 @@ export interface ServerSettings {
   deferredMaxWaitMs: number;
   /**
    * SLUICE_NODE_STALE_MS: a server process silent this long is gone, and the runs it was
-   * running end `worker_lost`. It heartbeats every quarter of this.
+   * running end `worker_lost`. It heartbeats every quarter of this, and stops its own runs
+   * when its last heartbeat is three quarters of this old.
    */
   nodeStaleMs: number;
+  /** SLUICE_MAX_SCHEDULED_PER_TENANT: default-class runs waiting for their `run_at` per tenant; 0 = no cap. */
+  maxScheduledPerTenant: number;
+  /** SLUICE_MAX_CONNECTIONS: open HTTP connections per process; more are refused by the socket layer. */
+  maxConnections: number;
+  /** SLUICE_DB_STATEMENT_TIMEOUT_MS: the longest one SQL statement (or lock wait) may take. */
+  statementTimeoutMs: number;
+  /** SLUICE_DB_POOL_SIZE: PostgreSQL connections per process. */
+  poolSize: number;
+  /** SLUICE_CALLBACK_ALLOW_PRIVATE: 1 lets callbacks reach loopback and private addresses (on-premises setups, tests). */
+  callbackAllowPrivate: boolean;
 }
 
 export const settingDefaults: ServerSettings = Object.freeze({
   maxActivePerTenant: 250,
   maxActivePerProject: 0,
   runConcurrency: 4,
-  syncTimeoutMs: 600_000,
-  maxDurationMs: 1_800_000,
-  drainTimeoutMs: 10_000,
+  syncTimeoutMs: 10 * MINUTE,
+  maxDurationMs: 30 * MINUTE,
+  drainTimeoutMs: 10 * SECOND,
   deferredMaxRunningPerTenant: 2,
   deferredMaxQueuedPerTenant: 10_000,
-  nodeStaleMs: 20_000,
+  nodeStaleMs: 20 * SECOND,
   deferredConcurrency: 2,
-  deferredMaxWaitMs: 86_400_000,
+  deferredMaxWaitMs: DAY,
+  maxScheduledPerTenant: 10_000,
+  maxConnections: 10_000,
+  statementTimeoutMs: 15 * SECOND,
+  poolSize: 20,
+  callbackAllowPrivate: false,
 });
 
-const variables: Record<keyof ServerSettings, string> = {
-  maxActivePerTenant: 'AGENT_RUN_MAX_ACTIVE_PER_TENANT',
-  maxActivePerProject: 'AGENT_RUN_MAX_ACTIVE_PER_PROJECT',
-  runConcurrency: 'AGENT_RUN_CONCURRENCY',
-  syncTimeoutMs: 'AGENT_SYNC_TIMEOUT_MS',
-  maxDurationMs: 'AGENT_BACKGROUND_MAX_DURATION_MS',
-  drainTimeoutMs: 'AGENT_RUN_DRAIN_TIMEOUT_MS',
-  deferredMaxRunningPerTenant: 'AGENT_DEFERRED_MAX_RUNNING_PER_TENANT',
-  deferredMaxQueuedPerTenant: 'AGENT_DEFERRED_MAX_QUEUED_PER_TENANT',
-  nodeStaleMs: 'SLUICE_NODE_STALE_MS',
-  deferredConcurrency: 'AGENT_DEFERRED_CONCURRENCY',
-  deferredMaxWaitMs: 'AGENT_DEFERRED_MAX_WAIT_MS',
+type NumericKey = {
+  [K in keyof ServerSettings]: ServerSettings[K] extends number ? K : never;
+}[keyof ServerSettings];
+
+/** Each numeric setting: its variable and its range (values past a timer's range would fire at once). */
+const numeric: Record<NumericKey, { variable: string; min: number; max: number }> = {
+  maxActivePerTenant: { variable: 'AGENT_RUN_MAX_ACTIVE_PER_TENANT', min: 0, max: 1_000_000 },
+  maxActivePerProject: { variable: 'AGENT_RUN_MAX_ACTIVE_PER_PROJECT', min: 0, max: 1_000_000 },
+  runConcurrency: { variable: 'AGENT_RUN_CONCURRENCY', min: 1, max: 1000 },
+  syncTimeoutMs: { variable: 'AGENT_SYNC_TIMEOUT_MS', min: 1, max: MAX_TIMER_MS },
+  maxDurationMs: { variable: 'AGENT_BACKGROUND_MAX_DURATION_MS', min: 1, max: MAX_TIMER_MS },
+  drainTimeoutMs: { variable: 'AGENT_RUN_DRAIN_TIMEOUT_MS', min: 0, max: MAX_TIMER_MS },
+  deferredMaxRunningPerTenant: { variable: 'AGENT_DEFERRED_MAX_RUNNING_PER_TENANT', min: 0, max: 1_000_000 },
+  deferredMaxQueuedPerTenant: { variable: 'AGENT_DEFERRED_MAX_QUEUED_PER_TENANT', min: 0, max: 100_000_000 },
+  nodeStaleMs: { variable: 'SLUICE_NODE_STALE_MS', min: 100, max: MAX_TIMER_MS },
+  deferredConcurrency: { variable: 'AGENT_DEFERRED_CONCURRENCY', min: 1, max: 1000 },
+  deferredMaxWaitMs: { variable: 'AGENT_DEFERRED_MAX_WAIT_MS', min: 1, max: 365 * DAY },
+  maxScheduledPerTenant: { variable: 'SLUICE_MAX_SCHEDULED_PER_TENANT', min: 0, max: 100_000_000 },
+  maxConnections: { variable: 'SLUICE_MAX_CONNECTIONS', min: 1, max: 1_000_000 },
+  statementTimeoutMs: { variable: 'SLUICE_DB_STATEMENT_TIMEOUT_MS', min: 100, max: MAX_TIMER_MS },
+  poolSize: { variable: 'SLUICE_DB_POOL_SIZE', min: 2, max: 1000 },
 };
 
-/** Config-file settings, then environment variables on top; every value checked. */
+/** A setting that cannot be used, naming its variable, its range and the value given. */
+export class SettingsError extends Error {
+  override readonly name = 'SettingsError';
+  constructor(
+    readonly variable: string,
+    readonly value: unknown,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Config-file settings, then environment variables on top; every value checked against its range. */
 export function resolveSettings(
   fromConfig: Partial<ServerSettings> = {},
   env: NodeJS.ProcessEnv = process.env,
 ): ServerSettings {
-  const out = { ...settingDefaults } as ServerSettings;
-  let deferredConcurrencyGiven = false;
-  for (const key of Object.keys(variables) as (keyof ServerSettings)[]) {
-    const name = variables[key];
-    const raw: unknown = env[name] !== undefined && env[name] !== '' ? env[name] : fromConfig[key];
+  const out: ServerSettings = { ...settingDefaults };
+  const given = (variable: string, key: keyof ServerSettings): unknown =>
+    env[variable] !== undefined && env[variable] !== '' ? env[variable] : fromConfig[key];
+  for (const key of Object.keys(numeric) as NumericKey[]) {
+    const { variable, min, max } = numeric[key];
+    const raw = given(variable, key);
     if (raw === undefined) continue;
-    const value = typeof raw === 'string' ? Number(raw) : raw;
-    const min = [
-      'runConcurrency',
-      'syncTimeoutMs',
-      'maxDurationMs',
-      'nodeStaleMs',
-      'deferredConcurrency',
-      'deferredMaxWaitMs',
-    ].includes(key)
-      ? 1
-      : 0;
-    if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
-      throw new TypeError(
-        `Expected ${name} (settings.${key}) to be a whole number >= ${min}, got \`${String(raw)}\``,
+    const value = typeof raw === 'string' && /^-?\d+$/.test(raw.trim()) ? Number(raw) : raw;
+    if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min || value > max) {
+      throw new SettingsError(
+        variable,
+        raw,
+        `Expected ${variable} (settings.${key}) to be a whole number from ${min} to ${max}, got \`${String(raw)}\``,
       );
     }
     out[key] = value;
-    if (key === 'deferredConcurrency') deferredConcurrencyGiven = true;
   }
-  if (!deferredConcurrencyGiven) out.deferredConcurrency = Math.max(1, Math.floor(out.runConcurrency / 2));
+  const allow = given('SLUICE_CALLBACK_ALLOW_PRIVATE', 'callbackAllowPrivate');
+  if (allow !== undefined) {
+    if (![true, false, '1', '0', 'true', 'false'].includes(allow as string | boolean)) {
+      throw new SettingsError(
+        'SLUICE_CALLBACK_ALLOW_PRIVATE',
+        allow,
+        `Expected SLUICE_CALLBACK_ALLOW_PRIVATE (settings.callbackAllowPrivate) to be 1 or 0, got \`${String(allow)}\``,
+      );
+    }
+    out.callbackAllowPrivate = allow === true || allow === '1' || allow === 'true';
+  }
+  if (given('AGENT_DEFERRED_CONCURRENCY', 'deferredConcurrency') === undefined) {
+    out.deferredConcurrency = Math.max(1, Math.floor(out.runConcurrency / 2));
+  }
   return Object.freeze(out);
 }

@@ -28,7 +28,7 @@ it('a due default-class run waits, scheduled, while the tenant is at its cap; it
   });
   expect(scheduled.status).toBe(202);
   // It is due, but a promotion pass leaves it where it is while the cap is taken.
-  expect(await server.executor.promoteNow()).toBe(0);
+  expect(await server.upkeep.promoteNow()).toBe(0);
   expect((await statusOf(scheduled.body.id)).status).toBe('scheduled');
   await call('POST', `/agents/runs/${blocker.body.id}/cancel`);
   await until(async () => (await statusOf(scheduled.body.id)).status === 'succeeded');

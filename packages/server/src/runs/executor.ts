@@ -1,98 +1,175 @@
 import { randomBytes } from 'node:crypto';
-import { RunTimeoutError } from 'sluice';
 import type { Database } from '@sluice/postgres/database';
+import { ConcurrencyError, RepairLimitError, RunTimeoutError } from 'sluice';
 import type { SluiceConfig } from '../config.js';
+import { agentFor } from '../config.js';
 import type { ServerSettings } from '../settings.js';
+import type { RunEvents } from './events.js';
+import { cleanText } from './json.js';
 import {
+  claimDefaultRun,
   claimDeferredRun,
-  claimQueuedRun,
-  expireDeferredRuns,
-  failLostRuns,
   finishRun,
-  heartbeat,
-  interruptRuns,
-  promoteDueRuns,
-  type Caps,
+  getRun,
+  runsToStop,
+  type Outcome,
   type RunRow,
 } from './store.js';
+import type { RunWaiters } from './waiters.js';
+
+/** Why a local run was stopped before it ended by itself. */
+type StopReason = 'cancel' | 'lost' | 'interrupted';
+
+class StopSignal extends Error {
+  constructor(readonly reason: StopReason) {
+    super(`run stopped: ${reason}`);
+  }
+}
+
+interface LocalRun {
+  readonly controller: AbortController;
+  readonly done: Promise<RunRow | undefined>;
+}
+
+type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: object) => void;
+
+/** How often a process looks at its own running runs for cancels and losses (NOTIFY usually comes first). */
+const WATCH_MS = 500;
+const IDLE_POLL_MS = 500;
 
 /**
  * Runs agents for this process: inline runs on the request that carried them, queued runs on
- * `runConcurrency` workers that take the oldest queued run. Keeps the abort handle of every
- * run executing here, for cancellation.
+ * workers that claim the oldest queued run of their class. Keeps the abort handle of every run
+ * executing here, stops one when a cancel arrives from any process, and stops runs that are no
+ * longer its own (a peer declared them lost), so nothing keeps spending after that.
  */
 export class Executor {
-  readonly worker = `w_${randomBytes(6).toString('hex')}`;
-  readonly #running = new Map<string, { controller: AbortController; done: Promise<RunRow | undefined> }>();
-  #wake: (() => void) | undefined;
-  #stopped = false;
-  #loops: Promise<void>[] = [];
-  #timer: ReturnType<typeof setInterval> | undefined;
-
-  #scheduler: ReturnType<typeof setInterval> | undefined;
+  readonly node = `node_${randomBytes(6).toString('hex')}`;
+  readonly #running = new Map<string, LocalRun>();
+  readonly #idle = new Set<() => void>();
+  readonly #loops: Promise<void>[] = [];
+  #claiming = false;
+  #watch: ReturnType<typeof setInterval> | undefined;
+  #watching = false;
 
   constructor(
     private readonly db: Database,
-    private readonly agents: SluiceConfig['agents'],
+    private readonly config: SluiceConfig,
     private readonly settings: ServerSettings,
-    private readonly capsFor: (tenant: string) => Caps,
-    /** Called with each run that ended here (callbacks). */
-    private readonly onFinished: (run: RunRow) => Promise<void> = async () => undefined,
-  ) {}
+    private readonly waiters: RunWaiters,
+    events: RunEvents,
+    private readonly log: Log = () => undefined,
+  ) {
+    events.on((event) => {
+      if (event.kind === 'cancel') this.stop(event.id, 'cancel');
+    });
+  }
 
-  /** Executes a run that is already `running` in the store; resolves with its final row. */
+  /** Runs executing in this process now. */
+  get active(): number {
+    return this.#running.size;
+  }
+
+  /** Executes a run that is already `running` in the store for this process; resolves with its final row. */
   execute(run: RunRow): Promise<RunRow | undefined> {
     const controller = new AbortController();
-    const done = this.#execute(run, controller.signal)
-      .then((final) => {
-        if (final?.callback_url) void this.onFinished(final);
-        return final;
-      })
-      .finally(() => this.#running.delete(run.id));
+    const done = this.#execute(run, controller.signal).finally(() => {
+      this.#running.delete(run.id);
+      this.waiters.ended(run.id);
+    });
     this.#running.set(run.id, { controller, done });
+    this.#startWatch();
     return done;
   }
 
   async #execute(run: RunRow, signal: AbortSignal): Promise<RunRow | undefined> {
-    const agent = this.agents[run.agent];
+    const outcome = await this.#run(run, signal);
+    if (!outcome) return getRun(this.db, run.tenant, run.id).catch(() => undefined);
+    return this.#persist(run, outcome);
+  }
+
+  /** The agent's result as an outcome to write; undefined when someone else has ended the run. */
+  async #run(run: RunRow, signal: AbortSignal): Promise<Outcome | undefined> {
+    const agent = agentFor(this.config, run.tenant, run.agent) as
+      { run(o: object): Promise<{ text: string; data: unknown; usage: unknown }> } | undefined;
     if (!agent) {
-      return finishRun(this.db, run.id, {
+      return {
         status: 'failed',
-        error: { type: 'agent_error', message: `unknown agent ${run.agent}` },
-      });
+        error: { type: 'agent_error', message: `The agent \`${run.agent}\` is not served here` },
+      };
     }
-    const prompt = typeof run.input === 'string' ? run.input : JSON.stringify(run.input);
     try {
-      const result = await (
-        agent as { run(o: object): Promise<{ text: string; data: unknown; usage: unknown }> }
-      ).run({
-        prompt,
+      const result = await agent.run({
+        prompt: promptOf(run.input),
         signal,
         timeoutMs: this.settings.maxDurationMs,
       });
-      return await finishRun(this.db, run.id, {
+      return {
         status: 'succeeded',
         output: result.data === undefined ? { text: result.text } : { text: result.text, data: result.data },
         usage: result.usage,
-      });
+      };
     } catch (error) {
-      if (signal.aborted) return finishRun(this.db, run.id, { status: 'canceled' });
-      const timedOut = error instanceof RunTimeoutError;
-      return finishRun(this.db, run.id, {
-        status: 'failed',
-        error: {
-          type: timedOut ? 'max_duration_exceeded' : 'agent_error',
-          message: error instanceof Error ? error.message : String(error),
-        },
+      const usage = (error as { usage?: unknown }).usage;
+      if (signal.aborted) {
+        const reason = signal.reason instanceof StopSignal ? signal.reason.reason : 'cancel';
+        // A lost or interrupted run was already ended by whoever decided so.
+        return reason === 'cancel' ? { status: 'canceled', usage } : undefined;
+      }
+      if (error instanceof RunTimeoutError) {
+        return {
+          status: 'failed',
+          error: {
+            type: 'max_duration_exceeded',
+            message: 'The run passed AGENT_BACKGROUND_MAX_DURATION_MS',
+          },
+          usage,
+        };
+      }
+      this.log('warn', 'agent failed', {
+        run: run.id,
+        error: error instanceof Error ? error.message : String(error),
       });
+      return {
+        status: 'failed',
+        error: { type: 'agent_error', message: publicMessage(error, run.id) },
+        usage,
+      };
     }
   }
 
-  /** Stops a run executing in this process; false if it is not here. */
-  cancel(id: string): boolean {
+  /**
+   * Writes the outcome. A database that is away is tried again with backoff for as long as the
+   * run could still be ours (until peers would declare it lost): the result is not given up
+   * for a blip, and a write that fails is never turned into a different outcome.
+   */
+  async #persist(run: RunRow, outcome: Outcome): Promise<RunRow | undefined> {
+    const deadline = Date.now() + this.settings.nodeStaleMs;
+    for (let delay = 100; ; delay = Math.min(delay * 2, 2_000)) {
+      try {
+        return (
+          (await finishRun(this.db, run.id, this.node, outcome)) ??
+          (await getRun(this.db, run.tenant, run.id))
+        );
+      } catch (error) {
+        if (Date.now() + delay > deadline) {
+          this.log('error', 'could not record the end of a run', {
+            run: run.id,
+            status: outcome.status,
+            error: String(error),
+          });
+          return undefined;
+        }
+        await new Promise((resolve) => setTimeout(resolve, delay));
+      }
+    }
+  }
+
+  /** Stops a run executing in this process; false when it is not here. */
+  stop(id: string, reason: StopReason): boolean {
     const entry = this.#running.get(id);
     if (!entry) return false;
-    entry.controller.abort(new Error('canceled'));
+    entry.controller.abort(new StopSignal(reason));
     return true;
   }
 
@@ -101,116 +178,132 @@ export class Executor {
     return this.#running.get(id)?.done;
   }
 
-  /** A queued run was written: wake an idle worker now instead of at its next poll. */
+  /** A queued run was written: wake the idle workers now instead of at their next poll. */
   notify(): void {
-    this.#wake?.();
+    for (const wake of [...this.#idle]) wake();
   }
 
-  /**
-   * Registers this node, ends the runs of nodes that died while running them (`worker_lost`),
-   * and starts the workers. Queued runs need no recovery: they are in the database, and the
-   * workers take them.
-   */
-  async start(): Promise<void> {
-    const staleMs = this.settings.nodeStaleMs;
-    await heartbeat(this.db, this.worker);
-    await failLostRuns(this.db, staleMs);
-    this.#timer = setInterval(
-      () => {
-        void heartbeat(this.db, this.worker)
-          .then(() => failLostRuns(this.db, staleMs))
-          .then(() => expireDeferredRuns(this.db, this.settings.deferredMaxWaitMs))
-          .catch(() => undefined);
-      },
-      Math.max(50, Math.floor(staleMs / 4)),
-    );
-    this.#timer.unref();
-    // Due scheduled runs move to their queue; a worker is woken when some did.
-    this.#scheduler = setInterval(() => void this.promoteNow().catch(() => undefined), 250);
-    this.#scheduler.unref();
+  /** Starts the queue workers (after the server listens). */
+  startWorkers(): void {
+    this.#claiming = true;
     for (let i = 0; i < this.settings.runConcurrency; i++) {
-      this.#loops.push(this.#loop(() => claimQueuedRun(this.db, this.worker)));
+      this.#loops.push(this.#loop(() => claimDefaultRun(this.db, this.node)));
     }
     // Deferred work has workers of its own: a deferred backlog never takes interactive capacity.
     for (let i = 0; i < this.settings.deferredConcurrency; i++) {
       this.#loops.push(
-        this.#loop(() => claimDeferredRun(this.db, this.worker, this.settings.deferredMaxRunningPerTenant)),
+        this.#loop(() => claimDeferredRun(this.db, this.node, this.settings.deferredMaxRunningPerTenant)),
       );
     }
   }
 
-  /** Moves due scheduled runs to their queues now (the scheduler does it every 250 ms); returns how many. */
-  async promoteNow(): Promise<number> {
-    const promoted = await promoteDueRuns(this.db, this.capsFor);
-    if (promoted > 0) this.notify();
-    return promoted;
+  /** Claim nothing more; the loops end after their current run. */
+  async stopWorkers(): Promise<void> {
+    this.#claiming = false;
+    this.notify();
+    await Promise.allSettled(this.#loops.splice(0));
   }
 
-  /** Runs executing in this process now. */
-  get active(): number {
-    return this.#running.size;
-  }
-
-  /**
-   * Graceful stop: take no more work, give local runs up to `drainTimeoutMs`, then mark the
-   * rest `interrupted` (they are not retried: they may have had side effects) and abort them.
-   * Returns the interrupted run ids.
-   */
-  async drain(): Promise<string[]> {
-    this.#stopped = true;
-    this.#wake?.();
-    clearInterval(this.#timer);
-    clearInterval(this.#scheduler);
-    const pending = [...this.#running.values()].map((r) => r.done);
+  /** Resolves when every local run has ended, or after `timeoutMs`; returns the ids still running. */
+  async settle(timeoutMs: number): Promise<string[]> {
     let timer: ReturnType<typeof setTimeout> | undefined;
     await Promise.race([
-      Promise.allSettled(pending),
-      new Promise((resolve) => (timer = setTimeout(resolve, this.settings.drainTimeoutMs))),
+      Promise.allSettled([...this.#running.values()].map((r) => r.done)),
+      new Promise((resolve) => (timer = setTimeout(resolve, timeoutMs))),
     ]);
     clearTimeout(timer);
-    let interrupted: string[] = [];
-    if (this.#running.size > 0) {
-      interrupted = await interruptRuns(this.db, this.worker).catch(() => []);
-      for (const { controller } of this.#running.values()) controller.abort(new Error('server stopping'));
-      await Promise.allSettled([...this.#running.values()].map((r) => r.done));
-    }
-    await Promise.allSettled(this.#loops);
-    return interrupted;
+    return [...this.#running.keys()];
+  }
+
+  /** Stops every local run for `reason` and waits until each has ended. */
+  async stopAll(reason: StopReason): Promise<void> {
+    const all = [...this.#running.values()];
+    for (const { controller } of all) controller.abort(new StopSignal(reason));
+    await Promise.allSettled(all.map((r) => r.done));
+  }
+
+  async close(): Promise<void> {
+    await this.stopWorkers();
+    clearInterval(this.#watch);
+    this.#watch = undefined;
   }
 
   async #loop(claim: () => Promise<RunRow | undefined>): Promise<void> {
-    while (!this.#stopped) {
+    while (this.#claiming) {
       let run: RunRow | undefined;
       try {
         run = await claim();
-      } catch {
-        run = undefined;
+      } catch (error) {
+        // The database is away: wait, then try again. The loop itself never ends on an error.
+        this.log('warn', 'claiming a queued run failed', { error: String(error) });
       }
       if (run) {
-        await this.execute(run);
+        await this.execute(run).catch(() => undefined);
         continue;
       }
       await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, 500);
-        const previous = this.#wake;
-        this.#wake = () => {
+        const wake = () => {
           clearTimeout(timer);
-          previous?.();
+          this.#idle.delete(wake);
           resolve();
         };
+        const timer = setTimeout(wake, IDLE_POLL_MS);
+        this.#idle.add(wake);
       });
-      this.#wake = undefined;
     }
   }
 
-  /** Immediate stop (tests, errors at start): aborts everything still running. */
-  async stop(): Promise<void> {
-    this.#stopped = true;
-    this.#wake?.();
-    clearInterval(this.#timer);
-    clearInterval(this.#scheduler);
-    for (const { controller } of this.#running.values()) controller.abort(new Error('server stopping'));
-    await Promise.allSettled([...this.#running.values()].map((r) => r.done));
-    await Promise.allSettled(this.#loops);
+  /** While runs execute here, look at them now and then: canceled elsewhere, or not ours any more. */
+  #startWatch(): void {
+    if (this.#watch) return;
+    this.#watch = setInterval(() => void this.#look(), WATCH_MS);
+    this.#watch.unref();
   }
+
+  async #look(): Promise<void> {
+    if (this.#running.size === 0) {
+      clearInterval(this.#watch);
+      this.#watch = undefined;
+      return;
+    }
+    if (this.#watching) return;
+    this.#watching = true;
+    try {
+      for (const { id, reason } of await runsToStop(this.db, this.node, [...this.#running.keys()])) {
+        if (this.stop(id, reason))
+          this.log('info', `stopping run: ${reason === 'cancel' ? 'canceled' : 'no longer ours'}`, {
+            run: id,
+          });
+      }
+    } catch {
+      // The database is away: the liveness check of the node decides when to give up.
+    } finally {
+      this.#watching = false;
+    }
+  }
+}
+
+/** The prompt of a stored input: the text, or a message list written out turn by turn. */
+function promptOf(input: unknown): string {
+  if (typeof input === 'string') return input;
+  if (Array.isArray(input)) {
+    return input
+      .map(
+        (m: { role: string; content: string | { text: string }[] }) =>
+          `${m.role}: ${typeof m.content === 'string' ? m.content : m.content.map((b) => b.text).join('\n')}`,
+      )
+      .join('\n\n');
+  }
+  return JSON.stringify(input);
+}
+
+/**
+ * What a client sees of a failure. Sluice's own errors say what happened in our words; other
+ * errors (a provider's body, a network error naming an internal host) stay in the server log.
+ */
+function publicMessage(error: unknown, runId: string): string {
+  if (error instanceof ConcurrencyError || error instanceof RepairLimitError)
+    return cleanText(error.message).slice(0, 2_000);
+  const name = error instanceof Error ? error.name : typeof error;
+  return `The agent failed (${name}); the server log has the details under run ${runId}`;
 }

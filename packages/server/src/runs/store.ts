@@ -1,23 +1,26 @@
 import { randomBytes } from 'node:crypto';
-import type { Database } from '@sluice/postgres/database';
-import { HttpError } from '../errors.js';
+import type { Database, SqlClient } from '@sluice/postgres/database';
 import type { Principal } from '../store/tokens.js';
+import { toJsonb } from './json.js';
+import type { FailureType, FinalStatus, RunClass, RunStatus } from './lifecycle.js';
 
-export type RunStatus =
-  'scheduled' | 'queued' | 'running' | 'requires_action' | 'succeeded' | 'failed' | 'canceled';
+/**
+ * Every SQL statement of the run store. Times are read in the database's clock
+ * (`clock_timestamp()`), so several server processes agree on due times and expiry.
+ */
 
 export interface RunRow {
   id: string;
-  seq: number;
   tenant: string;
   project: string;
   user_id: string;
   agent: string;
-  class: string;
+  class: RunClass;
   mode: 'inline' | 'queued';
   status: RunStatus;
-  input: unknown;
-  output: unknown;
+  /** Absent in list rows: pages stay small whatever the runs hold. */
+  input?: unknown;
+  output?: unknown;
   error: { type: string; message: string } | null;
   metadata: unknown;
   usage: unknown;
@@ -26,23 +29,30 @@ export interface RunRow {
   finished_at: number | null;
   scheduled_for: number | null;
   callback_url: string | null;
+  worker: string | null;
+  /** Microseconds since the epoch: the page cursor's first half. */
+  created_us: string;
 }
 
-const columns = `id, seq::float8 AS seq, tenant, project, user_id, agent, class, mode, status, input, output, error,
-  metadata, usage, (extract(epoch FROM created_at))::float8 AS created_at,
-  (extract(epoch FROM started_at))::float8 AS started_at, (extract(epoch FROM finished_at))::float8 AS finished_at,
-  (extract(epoch FROM scheduled_for))::float8 AS scheduled_for, callback_url`;
+const summary = `id, tenant, project, user_id, agent, class, mode, status, error, metadata, usage,
+  (extract(epoch FROM created_at))::float8 AS created_at, (extract(epoch FROM started_at))::float8 AS started_at,
+  (extract(epoch FROM finished_at))::float8 AS finished_at, (extract(epoch FROM scheduled_for))::float8 AS scheduled_for,
+  callback_url, worker, (extract(epoch FROM created_at) * 1000000)::bigint::text AS created_us`;
+const full = `${summary}, input, output`;
 
-/** A run as the API shows it. */
-export function present(run: RunRow) {
+const runIdPattern = /^run_[0-9a-f]{24}$/;
+/** Ids are ours: anything else names no run, and costs no query. */
+export const isRunId = (id: string) => runIdPattern.test(id);
+
+/** A run as the API shows it. List rows carry no `input` or `output`. */
+export function toApiRun(run: RunRow) {
   return {
     id: run.id,
     object: 'agent.run',
     agent: run.agent,
     class: run.class,
     status: run.status,
-    input: run.input,
-    output: run.output,
+    ...('input' in run ? { input: run.input, output: run.output ?? null } : {}),
     error: run.error,
     metadata: run.metadata,
     usage: run.usage,
@@ -52,223 +62,271 @@ export function present(run: RunRow) {
     scheduled_for: run.scheduled_for === null ? null : Math.floor(run.scheduled_for),
   };
 }
+export type ApiRun = ReturnType<typeof toApiRun>;
 
-export interface Caps {
-  perTenant: number;
-  perProject: number;
-  /** Deferred runs queued or scheduled per tenant. */
-  deferredQueued: number;
-  /** Runs admitted per sliding window. */
-  runQuota?: { limit: number; windowMs: number };
-  /** Usage cost (USD) per sliding window. */
-  spend?: { limitUsd: number; windowMs: number };
+export interface NewRun {
+  agent: string;
+  class: RunClass;
+  mode: 'inline' | 'queued';
+  input: unknown;
+  metadata: unknown;
+  /** The process that executes an inline run. */
+  worker: string;
+  /** When the run becomes due: an absolute time (epoch ms) or a delay from now; undefined: now. */
+  schedule?: { atMs: number } | { delayMs: number };
+  callbackUrl?: string;
 }
 
-/**
- * Admits a default-class run or refuses it with 429 before anything is written. The count
- * and the insert happen under a per-tenant advisory lock, so concurrent requests (on any
- * server process sharing the database) cannot both take the last place.
- */
-export async function admitRun(
-  db: Database,
-  who: Principal,
-  run: {
-    agent: string;
-    class: 'default' | 'deferred';
-    mode: 'inline' | 'queued';
-    input: unknown;
-    metadata: unknown;
-    worker: string;
-    /** Epoch ms when the run becomes due; undefined: now. */
-    scheduledFor?: number;
-    callbackUrl?: string;
-  },
-  caps: Caps,
-): Promise<RunRow> {
-  return db.transaction(async (tx) => {
-    await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [`sluice:tenant:${who.tenant}`]);
-    const over = (scope: 'tenant' | 'project', limit: number, active: number, cls: string, what: string) =>
-      new HttpError(
-        429,
-        'agent_run_concurrency_limit',
-        `The ${scope} already has ${active} ${what}; the limit is ${limit}`,
-        {
-          limit: cls === 'default' ? 'max_active_runs' : 'max_queued_runs',
-          limit_value: limit,
-          scope,
-          class: cls,
-          active,
-        },
-        { 'retry-after': '30' },
-      );
-    // Quota and spend first: they apply to every class. A refused call costs no quota unit,
-    // since only admitted runs are rows.
-    if (caps.runQuota) {
-      const used = (
-        await tx.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM agent_runs
-           WHERE tenant = $1 AND created_at > clock_timestamp() - $2::float8 * interval '1 millisecond'`,
-          [who.tenant, caps.runQuota.windowMs],
-        )
-      ).rows[0]!.n;
-      if (used >= caps.runQuota.limit) {
-        throw new HttpError(
-          429,
-          'agent_quota_exceeded',
-          `The tenant's agent-run quota is used up: ${used} of ${caps.runQuota.limit} runs in the period`,
-          { limit: 'agent_runs', limit_value: caps.runQuota.limit, scope: 'tenant', class: run.class, used },
-          { 'retry-after': '60' },
-        );
-      }
-    }
-    if (caps.spend) {
-      const spent = (
-        await tx.query<{ usd: number }>(
-          `SELECT coalesce(sum((usage ->> 'cost')::float8), 0)::float8 AS usd FROM agent_runs
-           WHERE tenant = $1 AND created_at > clock_timestamp() - $2::float8 * interval '1 millisecond'`,
-          [who.tenant, caps.spend.windowMs],
-        )
-      ).rows[0]!.usd;
-      if (spent >= caps.spend.limitUsd) {
-        // Not a retry case: no Retry-After.
-        throw new HttpError(
-          429,
-          'spend_limit_exceeded',
-          `The tenant's spend limit is used up: $${spent.toFixed(4)} of $${caps.spend.limitUsd} in the period`,
-          {
-            limit: 'spend_usd',
-            limit_value: caps.spend.limitUsd,
-            scope: 'tenant',
-            class: run.class,
-            spent_usd: spent,
-          },
-        );
-      }
-    }
-    if (run.class === 'deferred') {
-      const queued = (
-        await tx.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM agent_runs
-           WHERE tenant = $1 AND class = 'deferred' AND status IN ('queued', 'scheduled')`,
-          [who.tenant],
-        )
-      ).rows[0]!.n;
-      if (caps.deferredQueued > 0 && queued >= caps.deferredQueued) {
-        throw over('tenant', caps.deferredQueued, queued, 'deferred', 'queued or scheduled deferred runs');
-      }
-    } else if (run.scheduledFor === undefined) {
-      // A scheduled default-class run counts for no cap until it is due (then promotion checks).
-      const counts = (
-        await tx.query<{ tenant: number; project: number }>(
-          `SELECT count(*)::int AS tenant, count(*) FILTER (WHERE project = $2)::int AS project
-           FROM agent_runs WHERE tenant = $1 AND class = 'default' AND status IN ('queued', 'running')`,
-          [who.tenant, who.project],
-        )
-      ).rows[0]!;
-      const what = 'active default-class runs';
-      if (caps.perTenant > 0 && counts.tenant >= caps.perTenant)
-        throw over('tenant', caps.perTenant, counts.tenant, 'default', what);
-      if (caps.perProject > 0 && counts.project >= caps.perProject) {
-        throw over('project', caps.perProject, counts.project, 'default', what);
-      }
-    }
-    const id = `run_${randomBytes(12).toString('hex')}`;
-    const inserted = await tx.query<RunRow>(
-      `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, metadata, started_at, worker,
-         scheduled_for, callback_url)
-       VALUES ($1, $2, $3, $4, $5, $11, $6, $7, $8::jsonb, $9::jsonb,
-         CASE WHEN $6 = 'inline' THEN clock_timestamp() END, CASE WHEN $6 = 'inline' THEN $10 END,
-         to_timestamp($12::float8 / 1000), $13)
-       RETURNING ${columns}`,
-      [
-        id,
-        who.tenant,
-        who.project,
-        who.user,
-        run.agent,
-        run.mode,
-        run.scheduledFor !== undefined ? 'scheduled' : run.mode === 'inline' ? 'running' : 'queued',
-        JSON.stringify(run.input),
-        run.metadata === undefined ? null : JSON.stringify(run.metadata),
-        run.worker,
-        run.class,
-        run.scheduledFor ?? null,
-        run.callbackUrl ?? null,
-      ],
-    );
-    return inserted.rows[0]!;
-  });
+/** Inserts an admitted run (inside the admission transaction). */
+export async function insertRun(tx: SqlClient, who: Principal, run: NewRun): Promise<RunRow> {
+  const id = `run_${randomBytes(12).toString('hex')}`;
+  const scheduled = run.schedule !== undefined;
+  const inserted = await tx.query<RunRow>(
+    `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, metadata, started_at,
+       worker, scheduled_for, callback_url)
+     VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::jsonb, $10::jsonb,
+       CASE WHEN $7::text = 'inline' THEN clock_timestamp() END, CASE WHEN $7::text = 'inline' THEN $11::text END,
+       -- A time in the past is due now: it never counts as having waited since then.
+       CASE WHEN $12::float8 IS NOT NULL THEN greatest(to_timestamp($12::float8 / 1000), clock_timestamp())
+            WHEN $13::float8 IS NOT NULL THEN clock_timestamp() + $13::float8 * interval '1 millisecond' END,
+       $14::text)
+     RETURNING ${full}`,
+    [
+      id,
+      who.tenant,
+      who.project,
+      who.user,
+      run.agent,
+      run.class,
+      run.mode,
+      scheduled ? 'scheduled' : run.mode === 'inline' ? 'running' : 'queued',
+      toJsonb(run.input),
+      toJsonb(run.metadata),
+      run.worker,
+      run.schedule && 'atMs' in run.schedule ? run.schedule.atMs : null,
+      run.schedule && 'delayMs' in run.schedule ? run.schedule.delayMs : null,
+      run.callbackUrl ?? null,
+    ],
+  );
+  return inserted.rows[0]!;
 }
 
-export async function getRun(db: Database, tenant: string, id: string): Promise<RunRow | undefined> {
+export async function getRun(db: SqlClient, tenant: string, id: string): Promise<RunRow | undefined> {
+  if (!isRunId(id)) return undefined;
   return (
-    await db.query<RunRow>(`SELECT ${columns} FROM agent_runs WHERE id = $1 AND tenant = $2`, [id, tenant])
+    await db.query<RunRow>(`SELECT ${full} FROM agent_runs WHERE id = $1::text AND tenant = $2::text`, [
+      id,
+      tenant,
+    ])
   ).rows[0];
+}
+
+/** A page cursor: opaque to clients, meaningful only inside one tenant's runs. */
+export interface RunCursor {
+  createdUs: string;
+  id: string;
+}
+
+export function encodeCursor(run: RunRow): string {
+  return Buffer.from(`${run.created_us}:${run.id}`).toString('base64url');
+}
+
+export function decodeCursor(raw: string): RunCursor | undefined {
+  if (!/^[A-Za-z0-9_-]{1,200}$/.test(raw)) return undefined;
+  const match = /^(\d{1,17}):([A-Za-z0-9_]{1,100})$/.exec(Buffer.from(raw, 'base64url').toString());
+  return match ? { createdUs: match[1]!, id: match[2]! } : undefined;
 }
 
 export async function listRuns(
   db: Database,
   tenant: string,
-  filter: { statuses?: string[]; class?: string; limit: number; after?: number },
+  filter: { statuses?: string[]; class?: string; limit: number; after?: RunCursor },
 ): Promise<RunRow[]> {
   return (
     await db.query<RunRow>(
-      `SELECT ${columns} FROM agent_runs
-       WHERE tenant = $1 AND ($2::text[] IS NULL OR status = ANY($2::text[])) AND ($3::text IS NULL OR class = $3)
-         AND ($4::bigint IS NULL OR seq > $4::bigint)
-       ORDER BY seq LIMIT $5`,
-      [tenant, filter.statuses ?? null, filter.class ?? null, filter.after ?? null, filter.limit],
+      `SELECT ${summary} FROM agent_runs
+       WHERE tenant = $1::text AND ($2::text[] IS NULL OR status = ANY($2::text[])) AND ($3::text IS NULL OR class = $3::text)
+         AND ($4::bigint IS NULL OR (created_at, id) > (to_timestamp($4::bigint / 1000000.0), $5::text))
+       ORDER BY created_at, id LIMIT $6::int`,
+      [
+        tenant,
+        filter.statuses ?? null,
+        filter.class ?? null,
+        filter.after?.createdUs ?? null,
+        filter.after?.id ?? null,
+        filter.limit,
+      ],
     )
   ).rows;
 }
 
-/** Takes the oldest queued run for a worker of this process; SKIP LOCKED keeps workers apart. */
-export async function claimQueuedRun(db: Database, worker: string): Promise<RunRow | undefined> {
+/** Takes the oldest queued default-class run for a worker of this process; SKIP LOCKED keeps workers apart. */
+export async function claimDefaultRun(db: Database, worker: string): Promise<RunRow | undefined> {
   return (
     await db.query<RunRow>(
-      `UPDATE agent_runs SET status = 'running', worker = $1, started_at = clock_timestamp()
+      `UPDATE agent_runs SET status = 'running', worker = $1::text, started_at = clock_timestamp()
        WHERE id = (SELECT id FROM agent_runs WHERE status = 'queued' AND class = 'default' ORDER BY seq
                    FOR UPDATE SKIP LOCKED LIMIT 1)
-       RETURNING ${columns}`,
+       RETURNING ${full}`,
       [worker],
     )
   ).rows[0];
 }
 
-/** Ends a running run; a run already ended (canceled meanwhile) is left as it is. */
+/**
+ * Takes the oldest queued deferred run of a tenant under its running cap. Tenants at their cap
+ * are left out inside the query, so however many of them have older runs, a tenant with room
+ * is reached. The count is taken again under the tenant's advisory lock before the claim, so
+ * workers on any process never run more than the cap for one tenant.
+ */
+export async function claimDeferredRun(
+  db: Database,
+  worker: string,
+  maxRunningPerTenant: number,
+): Promise<RunRow | undefined> {
+  const atCap: string[] = [];
+  // Another claimer can fill a tenant between the two counts; such a tenant is skipped and the
+  // next candidate tried. Each retry leaves one more tenant out, so this ends.
+  for (;;) {
+    const claimed = await db.transaction(async (tx) => {
+      const candidate = (
+        await tx.query<{ id: string; tenant: string }>(
+          `SELECT r.id, r.tenant FROM agent_runs r
+           WHERE r.status = 'queued' AND r.class = 'deferred' AND NOT (r.tenant = ANY($1::text[]))
+             AND ($2::int = 0 OR (SELECT count(*) FROM agent_runs x
+                                  WHERE x.tenant = r.tenant AND x.class = 'deferred' AND x.status = 'running') < $2::int)
+           ORDER BY r.seq FOR UPDATE SKIP LOCKED LIMIT 1`,
+          [atCap, maxRunningPerTenant],
+        )
+      ).rows[0];
+      if (!candidate) return null;
+      if (maxRunningPerTenant > 0) {
+        await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [
+          `sluice:deferred:${candidate.tenant}`,
+        ]);
+        const running = (
+          await tx.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM agent_runs WHERE tenant = $1::text AND class = 'deferred' AND status = 'running'`,
+            [candidate.tenant],
+          )
+        ).rows[0]!.n;
+        if (running >= maxRunningPerTenant) return candidate.tenant;
+      }
+      return (
+        await tx.query<RunRow>(
+          `UPDATE agent_runs SET status = 'running', worker = $1::text, started_at = clock_timestamp()
+           WHERE id = $2::text RETURNING ${full}`,
+          [worker, candidate.id],
+        )
+      ).rows[0]!;
+    });
+    if (claimed === null) return undefined;
+    if (typeof claimed === 'string') {
+      atCap.push(claimed);
+      continue;
+    }
+    return claimed;
+  }
+}
+
+export interface Outcome {
+  status: FinalStatus;
+  output?: unknown;
+  error?: { type: FailureType | string; message: string };
+  usage?: unknown;
+}
+
+/**
+ * Ends a run this process is executing. Fenced by the worker: a run another process declared
+ * lost (or that was canceled and confirmed) is left as it is, and undefined comes back.
+ */
 export async function finishRun(
   db: Database,
   id: string,
-  outcome: {
-    status: 'succeeded' | 'failed' | 'canceled';
-    output?: unknown;
-    error?: { type: string; message: string };
-    usage?: unknown;
-  },
+  worker: string,
+  outcome: Outcome,
 ): Promise<RunRow | undefined> {
   return (
     await db.query<RunRow>(
-      `UPDATE agent_runs SET status = $2, output = $3::jsonb, error = $4::jsonb, usage = $5::jsonb, finished_at = clock_timestamp()
-       WHERE id = $1 AND status IN ('queued', 'running') RETURNING ${columns}`,
-      [
-        id,
-        outcome.status,
-        outcome.output === undefined ? null : JSON.stringify(outcome.output),
-        outcome.error ? JSON.stringify(outcome.error) : null,
-        outcome.usage === undefined ? null : JSON.stringify(outcome.usage),
-      ],
+      `UPDATE agent_runs SET status = $3::text, output = $4::jsonb, error = $5::jsonb, usage = $6::jsonb,
+         finished_at = clock_timestamp()
+       WHERE id = $1::text AND status = 'running' AND worker = $2::text RETURNING ${full}`,
+      [id, worker, outcome.status, toJsonb(outcome.output), toJsonb(outcome.error), toJsonb(outcome.usage)],
     )
   ).rows[0];
+}
+
+/** Cancels a run nothing executes (scheduled, queued, paused); undefined when it is in no such state. */
+export async function cancelNotStarted(
+  db: Database,
+  tenant: string,
+  id: string,
+): Promise<RunRow | undefined> {
+  return (
+    await db.query<RunRow>(
+      `UPDATE agent_runs SET status = 'canceled', finished_at = clock_timestamp()
+       WHERE id = $1::text AND tenant = $2::text AND status IN ('scheduled', 'queued', 'requires_action')
+       RETURNING ${full}`,
+      [id, tenant],
+    )
+  ).rows[0];
+}
+
+/**
+ * Asks the process executing a running run to stop it, and wakes that process at once
+ * (NOTIFY 'cancel:<id>'); it also finds the request on its next look at its own runs.
+ * Returns the executing worker, or undefined when the run is not running.
+ */
+export async function requestCancel(db: Database, tenant: string, id: string): Promise<string | undefined> {
+  return (
+    await db.query<{ worker: string }>(
+      `WITH asked AS (
+         UPDATE agent_runs SET cancel_requested_at = coalesce(cancel_requested_at, clock_timestamp())
+         WHERE id = $1::text AND tenant = $2::text AND status = 'running' RETURNING id, worker)
+       SELECT worker, pg_notify('sluice_runs', 'cancel:' || id) FROM asked`,
+      [id, tenant],
+    )
+  ).rows[0]?.worker;
+}
+
+/**
+ * Of the runs this process executes, those it must stop: canceled from elsewhere, or no longer
+ * its own (declared `worker_lost` by a peer, or ended by someone else).
+ */
+export async function runsToStop(
+  db: Database,
+  worker: string,
+  ids: string[],
+): Promise<{ id: string; reason: 'cancel' | 'lost' }[]> {
+  return (
+    await db.query<{ id: string; reason: 'cancel' | 'lost' }>(
+      `SELECT i.id, CASE WHEN r.id IS NULL OR r.status <> 'running' OR r.worker IS DISTINCT FROM $1::text THEN 'lost'
+                         ELSE 'cancel' END AS reason
+       FROM unnest($2::text[]) AS i(id) LEFT JOIN agent_runs r ON r.id = i.id
+       WHERE r.id IS NULL OR r.status <> 'running' OR r.worker IS DISTINCT FROM $1::text OR r.cancel_requested_at IS NOT NULL`,
+      [worker, ids],
+    )
+  ).rows;
+}
+
+/** Of these runs, the ones in a final state (the shared look of waiting callers). */
+export async function endedAmong(db: Database, ids: string[]): Promise<string[]> {
+  return (
+    await db.query<{ id: string }>(
+      `SELECT id FROM agent_runs WHERE id = ANY($1::text[]) AND status IN ('succeeded', 'failed', 'canceled')`,
+      [ids],
+    )
+  ).rows.map((r) => r.id);
 }
 
 /** Queue figures for the queue endpoint: tenant-wide, and for one project. */
 export async function queueCounts(db: Database, tenant: string, project: string) {
   const rows = (
     await db.query<{ class: string; status: string; mine: boolean; n: number; oldest: number | null }>(
-      `SELECT class, status, project = $2 AS mine, count(*)::int AS n,
+      `SELECT class, status, project = $2::text AS mine, count(*)::int AS n,
               (extract(epoch FROM min(created_at)))::float8 AS oldest
-       FROM agent_runs WHERE tenant = $1 AND status IN ('scheduled', 'queued', 'running')
-       GROUP BY class, status, project = $2`,
+       FROM agent_runs WHERE tenant = $1::text AND status IN ('scheduled', 'queued', 'running')
+       GROUP BY class, status, project = $2::text`,
       [tenant, project],
     )
   ).rows;
@@ -280,142 +338,4 @@ export async function queueCounts(db: Database, tenant: string, project: string)
     .filter((r) => r.class === 'deferred' && r.status === 'queued' && r.oldest !== null)
     .reduce<number | null>((a, r) => (a === null ? r.oldest : Math.min(a, r.oldest!)), null);
   return { count, oldestDeferred };
-}
-
-/** Records that this node is alive. */
-export async function heartbeat(db: Database, node: string): Promise<void> {
-  await db.query(
-    `INSERT INTO server_nodes (id) VALUES ($1)
-     ON CONFLICT (id) DO UPDATE SET heartbeat_at = clock_timestamp()`,
-    [node],
-  );
-}
-
-/**
- * Ends runs whose node stopped heartbeating `staleMs` ago (or never registered): failed,
- * `worker_lost`. Returns how many.
- */
-export async function failLostRuns(db: Database, staleMs: number): Promise<number> {
-  const result = await db.query<{ id: string }>(
-    `UPDATE agent_runs r SET status = 'failed', finished_at = clock_timestamp(),
-       error = jsonb_build_object('type', 'worker_lost', 'message', 'the server running this run stopped before it finished')
-     WHERE r.status = 'running' AND NOT EXISTS (
-       SELECT 1 FROM server_nodes n WHERE n.id = r.worker
-         AND n.heartbeat_at > clock_timestamp() - $1::float8 * interval '1 millisecond')
-     RETURNING r.id`,
-    [staleMs],
-  );
-  return result.rows.length;
-}
-
-/** Marks runs of this node that did not finish within the drain time: failed, `interrupted`. */
-export async function interruptRuns(db: Database, node: string): Promise<string[]> {
-  const result = await db.query<{ id: string }>(
-    `UPDATE agent_runs SET status = 'failed', finished_at = clock_timestamp(),
-       error = jsonb_build_object('type', 'interrupted', 'message', 'the server stopped before this run finished; start it again')
-     WHERE status = 'running' AND worker = $1 RETURNING id`,
-    [node],
-  );
-  return result.rows.map((r) => r.id);
-}
-
-/**
- * Takes the oldest queued deferred run whose tenant is under its running cap. The tenant's
- * count is taken under its advisory lock, so workers on any process never run more than the
- * cap for one tenant.
- */
-export async function claimDeferredRun(
-  db: Database,
-  worker: string,
-  maxRunningPerTenant: number,
-): Promise<RunRow | undefined> {
-  const skipped: string[] = [];
-  for (let attempt = 0; attempt < 20; attempt++) {
-    const claimed = await db.transaction(async (tx) => {
-      const candidate = (
-        await tx.query<{ id: string; tenant: string }>(
-          `SELECT id, tenant FROM agent_runs WHERE status = 'queued' AND class = 'deferred' AND NOT (tenant = ANY($1::text[]))
-           ORDER BY seq FOR UPDATE SKIP LOCKED LIMIT 1`,
-          [skipped],
-        )
-      ).rows[0];
-      if (!candidate) return null;
-      await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [
-        `sluice:deferred:${candidate.tenant}`,
-      ]);
-      const running = (
-        await tx.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM agent_runs WHERE tenant = $1 AND class = 'deferred' AND status = 'running'`,
-          [candidate.tenant],
-        )
-      ).rows[0]!.n;
-      if (maxRunningPerTenant > 0 && running >= maxRunningPerTenant) return candidate.tenant;
-      return (
-        await tx.query<RunRow>(
-          `UPDATE agent_runs SET status = 'running', worker = $1, started_at = clock_timestamp() WHERE id = $2 RETURNING ${columns}`,
-          [worker, candidate.id],
-        )
-      ).rows[0]!;
-    });
-    if (claimed === null) return undefined;
-    if (typeof claimed === 'string') {
-      skipped.push(claimed);
-      continue;
-    }
-    return claimed;
-  }
-  return undefined;
-}
-
-/**
- * Deferred runs still queued, and scheduled runs still not started, `maxWaitMs` after they
- * became due end failed with `expired`.
- */
-export async function expireDeferredRuns(db: Database, maxWaitMs: number): Promise<number> {
-  const result = await db.query<{ id: string }>(
-    `UPDATE agent_runs SET status = 'failed', finished_at = clock_timestamp(),
-       error = jsonb_build_object('type', 'expired', 'message', 'the run was not started within AGENT_DEFERRED_MAX_WAIT_MS')
-     WHERE ((status = 'queued' AND class = 'deferred') OR status = 'scheduled')
-       AND coalesce(scheduled_for, created_at) < clock_timestamp() - $1::float8 * interval '1 millisecond'
-     RETURNING id`,
-    [maxWaitMs],
-  );
-  return result.rows.length;
-}
-
-/**
- * Moves due scheduled runs to their queue: deferred ones at once (their place in the deferred
- * queue was counted when they were accepted), default-class ones only while their tenant and
- * project are under the default-class cap (else they stay scheduled and start later).
- * Returns how many were promoted.
- */
-export async function promoteDueRuns(db: Database, capsFor: (tenant: string) => Caps): Promise<number> {
-  return db.transaction(async (tx) => {
-    const due = (
-      await tx.query<{ id: string; tenant: string; project: string; class: string }>(
-        `SELECT id, tenant, project, class FROM agent_runs
-         WHERE status = 'scheduled' AND scheduled_for <= clock_timestamp()
-         ORDER BY scheduled_for, seq LIMIT 100 FOR UPDATE SKIP LOCKED`,
-      )
-    ).rows;
-    let promoted = 0;
-    for (const run of due) {
-      if (run.class === 'default') {
-        await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [`sluice:tenant:${run.tenant}`]);
-        const counts = (
-          await tx.query<{ tenant: number; project: number }>(
-            `SELECT count(*)::int AS tenant, count(*) FILTER (WHERE project = $2)::int AS project
-             FROM agent_runs WHERE tenant = $1 AND class = 'default' AND status IN ('queued', 'running')`,
-            [run.tenant, run.project],
-          )
-        ).rows[0]!;
-        const caps = capsFor(run.tenant);
-        if (caps.perTenant > 0 && counts.tenant >= caps.perTenant) continue;
-        if (caps.perProject > 0 && counts.project >= caps.perProject) continue;
-      }
-      await tx.query(`UPDATE agent_runs SET status = 'queued' WHERE id = $1`, [run.id]);
-      promoted++;
-    }
-    return promoted;
-  });
 }

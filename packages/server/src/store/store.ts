@@ -1,4 +1,14 @@
-import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeSync,
+} from 'node:fs';
+import { dirname } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { splitSqlStatements, toDatabase, type Database } from '@sluice/postgres/database';
@@ -8,9 +18,21 @@ const migrationsDir = new URL('../../sql/', import.meta.url);
 
 export interface Store {
   readonly db: Database;
-  /** The pool or PGlite instance behind `db` (for limiters that share it). */
-  readonly handle: pg.Pool | PGlite;
+  /** Whether the database answers now (for /readyz): a `SELECT 1` bounded in time. */
+  ping(timeoutMs?: number): Promise<boolean>;
   close(): Promise<void>;
+}
+
+export interface StoreOptions {
+  /** PostgreSQL; without it, embedded PGlite in `dataDir`. */
+  databaseUrl?: string;
+  dataDir: string;
+  /** The longest a statement or a lock wait may take (PostgreSQL only). @default 15000 */
+  statementTimeoutMs?: number;
+  /** @default 20 */
+  poolSize?: number;
+  /** Errors of idle connections (a restarted or terminated server): reported, never thrown. */
+  onError?: (error: Error) => void;
 }
 
 /**
@@ -18,37 +40,109 @@ export interface Store {
  * `dataDir`. Applies the numbered migrations that are missing, one transaction each, under an
  * advisory lock, so several servers booting at once apply each exactly once.
  */
-export async function openStore(options: { databaseUrl?: string; dataDir: string }): Promise<Store> {
-  let handle: pg.Pool | PGlite;
-  let lock: string | undefined;
-  if (options.databaseUrl) {
-    handle = new pg.Pool({ connectionString: options.databaseUrl, max: 20 });
-  } else {
-    // Embedded PGlite is one process's database: a second process must not open it.
-    lock = `${options.dataDir}.lock`;
-    if (existsSync(lock)) {
+export async function openStore(options: StoreOptions): Promise<Store> {
+  if (options.databaseUrl) return openPostgres(options.databaseUrl, options);
+  return openEmbedded(options.dataDir);
+}
+
+async function openPostgres(url: string, options: StoreOptions): Promise<Store> {
+  const statementTimeout = options.statementTimeoutMs ?? 15_000;
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: options.poolSize ?? 20,
+    // Waiting for a connection (a new one, or a free one of a busy pool) ends after this, with 503.
+    connectionTimeoutMillis: 30_000,
+    statement_timeout: statementTimeout,
+    // Lock waits (the tenant admission lock above all) give up well before a statement would.
+    lock_timeout: Math.min(statementTimeout, 5_000),
+    idle_in_transaction_session_timeout: 60_000,
+  });
+  // An idle connection that the server ends (restart, pg_terminate_backend, a proxy's reaper)
+  // is emitted here; with no listener Node would end the process.
+  pool.on('error', (error) => options.onError?.(error));
+  const db = toDatabase(pool);
+  // A server started beside its database (compose, a pod) may come up first: keep trying to
+  // reach it for a while before giving up.
+  const giveUpAt = Date.now() + 60_000;
+  for (let delay = 250; ; delay = Math.min(delay * 2, 5_000)) {
+    try {
+      await migrate(db);
+      break;
+    } catch (error) {
+      if (!isConnectionError(error) || Date.now() + delay > giveUpAt) {
+        await pool.end().catch(() => undefined);
+        throw error;
+      }
+      options.onError?.(error as Error);
+      await new Promise((resolve) => setTimeout(resolve, delay));
+    }
+  }
+  return { db, ping: (timeoutMs) => ping(db, timeoutMs), close: () => pool.end() };
+}
+
+async function openEmbedded(dataDir: string): Promise<Store> {
+  // Run data is private to the user that runs the server.
+  mkdirSync(dirname(dataDir), { recursive: true, mode: 0o700 });
+  const lock = `${dataDir}.lock`;
+  takeLock(lock, dataDir);
+  let handle: PGlite | undefined;
+  try {
+    mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+    handle = new PGlite(dataDir);
+    await handle.waitReady;
+    const db = toDatabase(handle);
+    await migrate(db);
+    const opened = handle;
+    return {
+      db,
+      ping: (timeoutMs) => ping(db, timeoutMs),
+      close: async () => {
+        await opened.close();
+        rmSync(lock, { force: true });
+      },
+    };
+  } catch (error) {
+    await handle?.close().catch(() => undefined);
+    rmSync(lock, { force: true });
+    throw error;
+  }
+}
+
+/**
+ * Embedded PGlite is one process's database. The lock file is created exclusively (`wx`), so
+ * two processes starting at once cannot both pass; a lock left by a dead process is taken over.
+ */
+function takeLock(lock: string, dataDir: string): void {
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      const fd = openSync(lock, 'wx', 0o600);
+      writeSync(fd, String(process.pid));
+      closeSync(fd);
+      return;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       const pid = Number(readFileSync(lock, 'utf8'));
       if (pid !== process.pid && isAlive(pid)) {
         throw new Error(
-          `The embedded database ${options.dataDir} is in use by process ${pid} (a running server?). ` +
+          `The embedded database ${dataDir} is in use by process ${pid} (a running server?). ` +
             'Stop it first, or set DATABASE_URL to share a PostgreSQL server.',
         );
       }
+      rmSync(lock, { force: true });
     }
-    writeFileSync(lock, String(process.pid));
-    handle = new PGlite(options.dataDir);
-    await handle.waitReady;
   }
-  const db = toDatabase(handle);
-  await migrate(db);
-  return {
-    db,
-    handle,
-    close: async () => {
-      await (handle instanceof PGlite ? handle.close() : handle.end());
-      if (lock) rmSync(lock, { force: true });
-    },
-  };
+  throw new Error(`Could not take the lock ${lock}`);
+}
+
+function isConnectionError(error: unknown): boolean {
+  const e = error as { code?: string; message?: string };
+  return (
+    /^(08|57P0)/.test(e?.code ?? '') ||
+    ['ECONNREFUSED', 'ECONNRESET', 'EAGAIN', 'ENOENT', 'ETIMEDOUT'].includes(e?.code ?? '') ||
+    /connection timeout|Connection terminated|the database system is (starting up|shutting down)/i.test(
+      e?.message ?? '',
+    )
+  );
 }
 
 function isAlive(pid: number): boolean {
@@ -61,7 +155,23 @@ function isAlive(pid: number): boolean {
   }
 }
 
+async function ping(db: Database, timeoutMs = 2_000): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([
+      db.query('SELECT 1').then(() => true),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs))),
+    ]);
+  } catch {
+    return false;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export async function migrate(db: Database): Promise<void> {
+  if (!existsSync(migrationsDir))
+    throw new Error(`The server's migrations are missing: ${migrationsDir.pathname}`);
   const files = readdirSync(migrationsDir)
     .filter((f) => /^\d+_.*\.sql$/.test(f))
     .sort();

@@ -31,20 +31,57 @@ export async function createToken(
   const id = `tok_${randomBytes(8).toString('hex')}`;
   const secret = `sk_${randomBytes(24).toString('base64url')}`;
   await db.query(
-    'INSERT INTO api_tokens (id, secret_hash, tenant, project, user_id, role) VALUES ($1, $2, $3, $4, $5, $6)',
+    'INSERT INTO api_tokens (id, secret_hash, tenant, project, user_id, role) VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text)',
     [id, hash(secret), who.tenant, who.project, who.user, who.role],
   );
   return { id, secret };
 }
 
+/** The principal of a live token; a revoked or unknown secret finds nothing. */
 export async function findToken(db: Database, secret: string): Promise<Principal | undefined> {
   const row = (
     await db.query<{ id: string; tenant: string; project: string; user_id: string; role: Role }>(
-      'SELECT id, tenant, project, user_id, role FROM api_tokens WHERE secret_hash = $1',
+      'SELECT id, tenant, project, user_id, role FROM api_tokens WHERE secret_hash = $1::text AND revoked_at IS NULL',
       [hash(secret)],
     )
   ).rows[0];
   return (
     row && { tokenId: row.id, tenant: row.tenant, project: row.project, user: row.user_id, role: row.role }
   );
+}
+
+export interface TokenInfo {
+  id: string;
+  tenant: string;
+  project: string;
+  user: string;
+  role: Role;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+/** Tokens (never their secrets), oldest first; one tenant's when `tenant` is given. */
+export async function listTokens(db: Database, tenant?: string): Promise<TokenInfo[]> {
+  return (
+    await db.query<TokenInfo>(
+      `SELECT id, tenant, project, user_id AS user, role, created_at::text AS created_at, revoked_at::text AS revoked_at
+       FROM api_tokens WHERE $1::text IS NULL OR tenant = $1::text ORDER BY created_at, id`,
+      [tenant ?? null],
+    )
+  ).rows;
+}
+
+/** Revokes a token; false when there is no such live token. Effective on the next request everywhere. */
+export async function revokeToken(db: Database, id: string): Promise<boolean> {
+  const result = await db.query<{ id: string }>(
+    'UPDATE api_tokens SET revoked_at = clock_timestamp() WHERE id = $1::text AND revoked_at IS NULL RETURNING id',
+    [id],
+  );
+  return result.rows.length > 0;
+}
+
+/** Live tokens in the store (`sluice serve` mints a first admin token only when there is none). */
+export async function countLiveTokens(db: Database): Promise<number> {
+  return (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM api_tokens WHERE revoked_at IS NULL'))
+    .rows[0]!.n;
 }

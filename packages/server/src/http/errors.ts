@@ -1,0 +1,257 @@
+import type { FastifyError, FastifyInstance } from 'fastify';
+import type { Refusal } from '../runs/admission.js';
+import { expectations } from './schemas.js';
+
+/**
+ * An error that becomes an HTTP response. Every error body has one shape,
+ * `{ error: { type, code, message, param, ...details } }`: `code` repeats `type` and `param`
+ * names the offending field (or is null), which is what the official OpenAI clients read.
+ */
+export class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly type: string,
+    message: string,
+    readonly details: Record<string, unknown> = {},
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+  }
+
+  body() {
+    const field = this.details.field;
+    return {
+      error: {
+        type: this.type,
+        code: this.type,
+        message: this.message,
+        param: typeof field === 'string' ? field : null,
+        ...this.details,
+      },
+    };
+  }
+}
+
+/** Shows a client value inside a message without echoing megabytes of it back. */
+export function shown(value: unknown, max = 80): string {
+  let text: string;
+  try {
+    text = typeof value === 'string' ? value : (JSON.stringify(value) ?? String(value));
+  } catch {
+    text = String(value);
+  }
+  return text.length > max ? `${text.slice(0, max)}... (${text.length} characters)` : text;
+}
+
+export const badRequest = (message: string, details: Record<string, unknown> = {}) =>
+  new HttpError(400, 'invalid_request', message, details);
+export const notFound = (message: string) => new HttpError(404, 'not_found', message);
+export const forbidden = (message: string) => new HttpError(403, 'permission_denied', message);
+export const draining = () =>
+  new HttpError(
+    503,
+    'server_draining',
+    'This server is shutting down; send the request to another one',
+    {},
+    {
+      'retry-after': '1',
+    },
+  );
+
+/** Seconds a client should wait before asking again after a cap that frees as runs end. */
+const CAP_RETRY_AFTER_S = 30;
+const QUOTA_RETRY_AFTER_S = 60;
+
+/** The 429 of each admission refusal. */
+export function refusalError(refusal: Refusal): HttpError {
+  switch (refusal.kind) {
+    case 'concurrency': {
+      const what = {
+        max_active_runs: 'active default-class runs',
+        max_queued_runs: 'queued or scheduled deferred runs',
+        max_scheduled_runs: 'scheduled default-class runs',
+      }[refusal.limit];
+      return new HttpError(
+        429,
+        'agent_run_concurrency_limit',
+        `The ${refusal.scope} already has ${refusal.active} ${what}; the limit is ${refusal.limitValue}`,
+        {
+          limit: refusal.limit,
+          limit_value: refusal.limitValue,
+          scope: refusal.scope,
+          class: refusal.class,
+          active: refusal.active,
+        },
+        { 'retry-after': String(CAP_RETRY_AFTER_S) },
+      );
+    }
+    case 'quota':
+      return new HttpError(
+        429,
+        'agent_quota_exceeded',
+        `The tenant's agent-run quota is used up: ${refusal.used} of ${refusal.limitValue} runs in the period`,
+        {
+          limit: 'agent_runs',
+          limit_value: refusal.limitValue,
+          scope: 'tenant',
+          class: refusal.class,
+          used: refusal.used,
+        },
+        { 'retry-after': String(QUOTA_RETRY_AFTER_S) },
+      );
+    case 'spend':
+      // Not a case for retrying soon: no Retry-After.
+      return new HttpError(
+        429,
+        'spend_limit_exceeded',
+        `The tenant's spend limit is used up: $${refusal.spentUsd.toFixed(4)} spent and $${refusal.reservedUsd.toFixed(4)} ` +
+          `reserved for active runs, of $${refusal.limitUsd} in the period`,
+        {
+          limit: 'spend_usd',
+          limit_value: refusal.limitUsd,
+          scope: 'tenant',
+          class: refusal.class,
+          spent_usd: refusal.spentUsd,
+          reserved_usd: refusal.reservedUsd,
+        },
+      );
+    default: {
+      const never: never = refusal;
+      throw new Error(`unknown refusal ${JSON.stringify(never)}`);
+    }
+  }
+}
+
+/** Errors that mean the database cannot be reached or answered too slowly: 503, try again. */
+export function isStoreUnavailable(error: unknown): boolean {
+  const e = error as { code?: string; message?: string };
+  if (typeof e?.code === 'string') {
+    // Connection exceptions, operator intervention (restart, terminate), lock and statement timeouts.
+    if (/^(08|57P0|53300)/.test(e.code) || e.code === '55P03' || e.code === '57014') return true;
+    if (['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN'].includes(e.code))
+      return true;
+  }
+  const message = typeof e?.message === 'string' ? e.message : '';
+  return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|PGlite is closed/i.test(
+    message,
+  );
+}
+
+/** Fastify's own request errors, in our body, with a status and type a client can act on. */
+function frameworkError(error: FastifyError): HttpError {
+  const status = error.statusCode ?? 400;
+  switch (error.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new HttpError(413, 'request_too_large', 'The request body is over the limit of 10 MB', {
+        limit: 'body_bytes',
+        limit_value: 10 * 1024 * 1024,
+      });
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new HttpError(415, 'unsupported_media_type', 'Send the body as application/json');
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return badRequest('The body is not as long as its Content-Length says');
+    case 'FST_ERR_BAD_URL':
+      return badRequest('The URL is not valid');
+    case 'FST_ERR_MAX_PARAM_LENGTH':
+      return notFound('No such resource');
+    default:
+      if (error.validation) return validationError(error);
+      if (status >= 400 && status < 500) return new HttpError(status, 'invalid_request', error.message);
+      return new HttpError(500, 'internal_error', 'internal error');
+  }
+}
+
+/** A schema failure, naming the field, the rule and (briefly) the value. */
+function validationError(error: FastifyError): HttpError {
+  // The deepest error says the most; among equals, an alternative that matched no branch
+  // (anyOf) is described as a whole rather than by its first branch.
+  const depth = (e: { instancePath: string }) => e.instancePath.split('/').length;
+  const first = [...error.validation!].sort(
+    (a, b) => depth(b) - depth(a) || Number(b.keyword === 'anyOf') - Number(a.keyword === 'anyOf'),
+  )[0]!;
+  const context = error.validationContext ?? 'body';
+  const path = first.instancePath.split('/').slice(1).join('.');
+  const params = first.params as Record<string, unknown>;
+  let field = path;
+  if (first.keyword === 'additionalProperties')
+    field = [path, String(params.additionalProperty)].filter(Boolean).join('.');
+  if (first.keyword === 'required') field = [path, String(params.missingProperty)].filter(Boolean).join('.');
+  const where = field ? `\`${field}\`` : `the ${context}`;
+  let message: string;
+  switch (first.keyword) {
+    case 'additionalProperties':
+      message = `Unknown field \`${field}\` in the ${context}`;
+      break;
+    case 'required':
+      message = `Expected ${where} in the ${context}`;
+      break;
+    case 'anyOf':
+      message = `Expected ${where} to ${expectations[field.split('.').at(-1)!] ?? 'match one of its documented forms'}`;
+      break;
+    default:
+      message = `Expected ${where} to ${describe(first.keyword, params, first.message)}`;
+  }
+  return badRequest(message, { field: field || context });
+}
+
+function describe(keyword: string, params: Record<string, unknown>, fallback?: string): string {
+  switch (keyword) {
+    case 'maxLength':
+      return `be at most ${String(params.limit)} characters`;
+    case 'minLength':
+      return `be at least ${String(params.limit)} characters`;
+    case 'maxItems':
+      return `have at most ${String(params.limit)} items`;
+    case 'minItems':
+      return `have at least ${String(params.limit)} items`;
+    case 'maxProperties':
+      return `have at most ${String(params.limit)} keys`;
+    case 'maximum':
+      return `be at most ${String(params.limit)}`;
+    case 'minimum':
+      return `be at least ${String(params.limit)}`;
+    case 'enum':
+      return `be one of ${(params.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}`;
+    case 'type':
+      return `be of type ${String(params.type)}`;
+    default:
+      return fallback ?? 'be valid';
+  }
+}
+
+type Log = (level: 'warn' | 'error', message: string, fields?: object) => void;
+
+/** The one error handler, the framework-error handler and the 404 handler, all in the API shape. */
+export function installErrorHandling(fastify: FastifyInstance, log: Log): void {
+  const send = (
+    reply: { status(n: number): { headers(h: object): { send(b: unknown): unknown } } },
+    error: HttpError,
+  ) => reply.status(error.status).headers(error.headers).send(error.body());
+  fastify.setErrorHandler((error: FastifyError | HttpError, request, reply) => {
+    if (error instanceof HttpError) return send(reply, error);
+    if (isStoreUnavailable(error)) {
+      log('warn', 'database unavailable', { reqId: request.id, error: String(error) });
+      return send(
+        reply,
+        new HttpError(
+          503,
+          'store_unavailable',
+          'The server cannot reach its database; try again shortly',
+          {},
+          {
+            'retry-after': '5',
+          },
+        ),
+      );
+    }
+    const mapped = frameworkError(error as FastifyError);
+    if (mapped.status >= 500)
+      log('error', 'request failed', { reqId: request.id, error: (error as Error).stack });
+    // Replying before a body was read: close the connection rather than read the rest of it.
+    if (mapped.status === 413) reply.header('connection', 'close');
+    return send(reply, mapped);
+  });
+  fastify.setNotFoundHandler((request, reply) =>
+    send(reply, notFound(`No route ${request.method} ${shown(request.url.split('?')[0], 200)}`)),
+  );
+}

@@ -1,0 +1,113 @@
+/**
+ * The JSON Schemas of the routes. Fastify validates every request against them before a
+ * handler runs (no coercion, unknown fields refused), and the OpenAPI document is generated
+ * from them. Limits that the spec answers with 413 rather than 400 (messages, content blocks,
+ * characters) are counted in http/limits.ts instead, so they can answer as the spec says.
+ */
+
+/** RFC 3339 with an explicit offset: a time that means the same on every server. */
+const rfc3339 = '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d{1,9})?(Z|[+-]\\d{2}:\\d{2})$';
+export const MAX_DELAY_SECONDS = 365 * 24 * 3600;
+
+const textBlock = {
+  type: 'object',
+  required: ['type', 'text'],
+  additionalProperties: false,
+  properties: { type: { type: 'string', enum: ['text'] }, text: { type: 'string' } },
+} as const;
+
+export const messageSchema = {
+  type: 'object',
+  required: ['role', 'content'],
+  additionalProperties: false,
+  properties: {
+    role: { type: 'string', enum: ['user', 'assistant', 'system'] },
+    content: {
+      anyOf: [
+        { type: 'string', minLength: 1 },
+        // Past 100 blocks the answer is 413 (http/limits.ts); this bound only keeps validation cheap.
+        { type: 'array', minItems: 1, maxItems: 100_000, items: textBlock },
+      ],
+    },
+  },
+} as const;
+
+const metadataSchema = {
+  type: 'object',
+  maxProperties: 16,
+  propertyNames: { type: 'string', minLength: 1, maxLength: 64 },
+  additionalProperties: {
+    anyOf: [{ type: 'string', maxLength: 512 }, { type: 'number' }, { type: 'boolean' }, { type: 'null' }],
+  },
+  description:
+    'Up to 16 keys of at most 64 characters; values are strings of at most 512 characters, numbers, booleans or null.',
+} as const;
+
+export const createRunBody = {
+  type: 'object',
+  required: ['input'],
+  additionalProperties: false,
+  properties: {
+    input: {
+      description:
+        'A non-empty string, or a list of messages (at most 500, with at most 100 content blocks each).',
+      anyOf: [
+        { type: 'string', minLength: 1 },
+        { type: 'array', minItems: 1, maxItems: 100_000, items: messageSchema },
+      ],
+    },
+    class: { type: 'string', enum: ['default', 'deferred'] },
+    wait: {
+      type: 'boolean',
+      description:
+        'Hold the call until the run ends (at most AGENT_SYNC_TIMEOUT_MS). Default: true for the default class, false for deferred.',
+    },
+    run_at: {
+      description:
+        'When the run becomes due: RFC 3339 with an offset, or epoch seconds; at most one year ahead.',
+      anyOf: [
+        { type: 'string', maxLength: 40, pattern: rfc3339 },
+        { type: 'integer', minimum: 0, maximum: 253_402_300_799 },
+      ],
+    },
+    delay_seconds: { type: 'number', minimum: 0, maximum: MAX_DELAY_SECONDS },
+    metadata: metadataSchema,
+    callback_url: { type: 'string', minLength: 1, maxLength: 2048 },
+  },
+} as const;
+
+export const agentParams = {
+  type: 'object',
+  required: ['agent'],
+  properties: { agent: { type: 'string', maxLength: 200 } },
+} as const;
+
+export const runParams = {
+  type: 'object',
+  required: ['id'],
+  properties: { id: { type: 'string', maxLength: 500 } },
+} as const;
+
+export const listRunsQuery = {
+  type: 'object',
+  properties: {
+    limit: {
+      type: 'string',
+      pattern: '^[0-9]{1,30}$',
+      description: 'Rows per page: 1 to 1000 (larger values give 1000). Default 100.',
+    },
+    cursor: { type: 'string', maxLength: 200, description: 'The `next_cursor` of the previous page.' },
+    status: { type: 'string', maxLength: 200, description: 'Comma-separated statuses.' },
+    class: { type: 'string', enum: ['default', 'deferred'] },
+  },
+} as const;
+
+/** A body that may be absent (cancel): no body, an empty one, or `{}`. */
+export const emptyBody = { type: 'object', maxProperties: 0 } as const;
+
+/** How each field with alternatives is described when it matches none of them. */
+export const expectations: Record<string, string> = {
+  input: 'be a non-empty string or a non-empty list of messages `{ role, content }`',
+  run_at: 'be an RFC 3339 time with an offset (e.g. 2030-01-01T09:00:00Z) or whole epoch seconds',
+  content: 'be a non-empty string or a non-empty list of `{ type: "text", text }` blocks',
+};

@@ -1,0 +1,92 @@
+import type { Database } from '@sluice/postgres/database';
+import type { Executor } from '../runs/executor.js';
+import type { TenantLimits } from '../runs/policy.js';
+import { expireRuns, promoteDueRuns } from '../runs/scheduler.js';
+import type { ServerSettings } from '../settings.js';
+import { failLostRuns, heartbeat, pruneNodes } from './nodes.js';
+
+type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: object) => void;
+
+const PROMOTE_MS = 250;
+
+/**
+ * The periodic work of a server process: its heartbeat, ending the runs of processes that died,
+ * expiry, promotion of due scheduled runs, and retention. Each job runs at most once at a time
+ * (a slow database never piles passes on top of each other), and no failure escapes.
+ *
+ * A process that cannot heartbeat for three quarters of the stale time stops its own runs:
+ * peers are about to declare them `worker_lost`, and a run nobody can record must not go on
+ * spending.
+ */
+export class NodeUpkeep {
+  #timers: ReturnType<typeof setInterval>[] = [];
+  #busy = new Set<string>();
+  #lastBeat = Date.now();
+
+  constructor(
+    private readonly db: Database,
+    private readonly executor: Executor,
+    private readonly settings: ServerSettings,
+    private readonly limitsFor: (tenant: string) => TenantLimits,
+    private readonly log: Log = () => undefined,
+  ) {}
+
+  /** Registers the process and ends the runs of dead ones; throws when the database is away (start fails). */
+  async start(): Promise<void> {
+    await heartbeat(this.db, this.executor.node);
+    this.#lastBeat = Date.now();
+    await failLostRuns(this.db, this.settings.nodeStaleMs);
+    const every = (ms: number, name: string, job: () => Promise<unknown>) => {
+      const timer = setInterval(() => void this.#once(name, job), ms);
+      timer.unref();
+      this.#timers.push(timer);
+    };
+    every(Math.max(25, Math.floor(this.settings.nodeStaleMs / 4)), 'heartbeat', () => this.#beat());
+    every(Math.max(25, Math.floor(this.settings.nodeStaleMs / 4)), 'sweep', async () => {
+      await failLostRuns(this.db, this.settings.nodeStaleMs);
+      await expireRuns(this.db, this.settings.deferredMaxWaitMs);
+    });
+    every(PROMOTE_MS, 'promote', () => this.promoteNow());
+    every(3_600_000, 'prune', () => pruneNodes(this.db));
+  }
+
+  /** Moves due scheduled runs to their queues now; returns how many. */
+  async promoteNow(): Promise<number> {
+    const promoted = await promoteDueRuns(this.db, this.limitsFor);
+    if (promoted > 0) this.executor.notify();
+    return promoted;
+  }
+
+  async #beat(): Promise<void> {
+    try {
+      await heartbeat(this.db, this.executor.node);
+      this.#lastBeat = Date.now();
+    } catch (error) {
+      const silentMs = Date.now() - this.#lastBeat;
+      if (silentMs > (this.settings.nodeStaleMs * 3) / 4 && this.executor.active > 0) {
+        this.log('error', 'heartbeat failing; stopping local runs before peers declare them lost', {
+          silent_ms: silentMs,
+        });
+        await this.executor.stopAll('lost');
+      }
+      throw error;
+    }
+  }
+
+  async #once(name: string, job: () => Promise<unknown>): Promise<void> {
+    if (this.#busy.has(name)) return;
+    this.#busy.add(name);
+    try {
+      await job();
+    } catch (error) {
+      this.log('warn', `${name} failed`, { error: String(error) });
+    } finally {
+      this.#busy.delete(name);
+    }
+  }
+
+  /** Stops the jobs. The heartbeat is stopped last by the caller: during a drain it must go on. */
+  stop(): void {
+    for (const timer of this.#timers.splice(0)) clearInterval(timer);
+  }
+}

@@ -1,0 +1,21 @@
+import type { Database } from '@sluice/postgres/database';
+import type { SluiceConfig } from '../config.js';
+import type { Executor } from '../runs/executor.js';
+import type { TenantLimits } from '../runs/policy.js';
+import type { RunWaiters } from '../runs/waiters.js';
+import type { ServerSettings } from '../settings.js';
+
+/** What the routes share: the store, the policy, and this process's executor and waiters. */
+export interface RouteContext {
+  readonly db: Database;
+  readonly config: SluiceConfig;
+  readonly settings: ServerSettings;
+  readonly executor: Executor;
+  readonly waiters: RunWaiters;
+  readonly limitsFor: (tenant: string) => TenantLimits;
+  /** Vets a callback destination; a message says why it is refused. */
+  readonly checkCallbackUrl: (
+    raw: string,
+  ) => Promise<{ ok: true; url: string } | { ok: false; message: string }>;
+  readonly isDraining: () => boolean;
+}

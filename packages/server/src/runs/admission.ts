@@ -1,0 +1,153 @@
+import type { Database } from '@sluice/postgres/database';
+import type { Principal } from '../store/tokens.js';
+import type { RunClass } from './lifecycle.js';
+import type { TenantLimits } from './policy.js';
+import { insertRun, type NewRun, type RunRow } from './store.js';
+
+/** Why a run was not admitted. The HTTP layer turns each into its 429 (see http/errors.ts). */
+export type Refusal =
+  | {
+      kind: 'concurrency';
+      scope: 'tenant' | 'project';
+      class: RunClass;
+      limit: 'max_active_runs' | 'max_queued_runs' | 'max_scheduled_runs';
+      limitValue: number;
+      active: number;
+    }
+  | { kind: 'quota'; class: RunClass; limitValue: number; used: number }
+  | { kind: 'spend'; class: RunClass; limitUsd: number; spentUsd: number; reservedUsd: number };
+
+export type Admission = { ok: true; run: RunRow } | { ok: false; refusal: Refusal };
+
+/**
+ * Admits a run or refuses it before anything is written. Every count and the insert happen in
+ * one transaction under the tenant's advisory lock, so concurrent requests on any server
+ * process sharing the database cannot both take the last place. The lock wait is bounded by
+ * the store's lock timeout: a stuck holder makes admission fail (503), not hang.
+ */
+export async function admitRun(
+  db: Database,
+  who: Principal,
+  run: NewRun,
+  limits: TenantLimits,
+): Promise<Admission> {
+  return db.transaction(async (tx) => {
+    await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [`sluice:tenant:${who.tenant}`]);
+    // Quota and spend first: they apply to every class. Only admitted runs are rows, so a refused
+    // call costs no quota.
+    if (limits.runQuota) {
+      const used = (
+        await tx.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM agent_runs
+           WHERE tenant = $1::text AND created_at > clock_timestamp() - $2::float8 * interval '1 millisecond'`,
+          [who.tenant, limits.runQuota.windowMs],
+        )
+      ).rows[0]!.n;
+      if (used >= limits.runQuota.limit) {
+        return refuse({ kind: 'quota', class: run.class, limitValue: limits.runQuota.limit, used });
+      }
+    }
+    if (limits.spend) {
+      // Spend counts every run that ended in the window, whatever its state, and reserves for
+      // each run still active the mean cost of the window's finished runs: a tenant just under
+      // its limit cannot start its whole cap of runs at once. The overshoot is bounded by the
+      // active runs' cost above that mean.
+      const figures = (
+        await tx.query<{ spent: number; active: number; mean: number | null }>(
+          `SELECT coalesce(sum((usage ->> 'cost')::float8), 0)::float8 AS spent,
+                  count(*) FILTER (WHERE status IN ('scheduled', 'queued', 'running', 'requires_action'))::int AS active,
+                  avg((usage ->> 'cost')::float8) FILTER (WHERE usage ? 'cost')::float8 AS mean
+           FROM agent_runs
+           WHERE tenant = $1::text AND created_at > clock_timestamp() - $2::float8 * interval '1 millisecond'`,
+          [who.tenant, limits.spend.windowMs],
+        )
+      ).rows[0]!;
+      const reserved = figures.active * (figures.mean ?? 0);
+      if (figures.spent + reserved >= limits.spend.limitUsd) {
+        return refuse({
+          kind: 'spend',
+          class: run.class,
+          limitUsd: limits.spend.limitUsd,
+          spentUsd: figures.spent,
+          reservedUsd: reserved,
+        });
+      }
+    }
+    if (run.class === 'deferred') {
+      const queued = (
+        await tx.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM agent_runs
+           WHERE tenant = $1::text AND class = 'deferred' AND status IN ('queued', 'scheduled')`,
+          [who.tenant],
+        )
+      ).rows[0]!.n;
+      if (limits.deferredQueued > 0 && queued >= limits.deferredQueued) {
+        return refuse({
+          kind: 'concurrency',
+          scope: 'tenant',
+          class: 'deferred',
+          limit: 'max_queued_runs',
+          limitValue: limits.deferredQueued,
+          active: queued,
+        });
+      }
+    } else if (run.schedule !== undefined) {
+      // A scheduled default-class run counts for no cap until it is due (promotion checks then),
+      // but the number waiting is bounded: parked rows are not free.
+      if (limits.scheduled > 0) {
+        const scheduled = (
+          await tx.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM agent_runs WHERE tenant = $1::text AND class = 'default' AND status = 'scheduled'`,
+            [who.tenant],
+          )
+        ).rows[0]!.n;
+        if (scheduled >= limits.scheduled) {
+          return refuse({
+            kind: 'concurrency',
+            scope: 'tenant',
+            class: 'default',
+            limit: 'max_scheduled_runs',
+            limitValue: limits.scheduled,
+            active: scheduled,
+          });
+        }
+      }
+    } else {
+      const counts = await activeDefaultRuns(tx, who.tenant, who.project);
+      const over = overCap(limits, counts);
+      if (over) return refuse({ kind: 'concurrency', class: 'default', limit: 'max_active_runs', ...over });
+    }
+    return { ok: true as const, run: await insertRun(tx, who, run) };
+  });
+}
+
+const refuse = (refusal: Refusal): Admission => ({ ok: false, refusal });
+
+/** Default-class runs of a tenant (and one of its projects) that hold a place under the cap. */
+export async function activeDefaultRuns(
+  tx: { query: Database['query'] },
+  tenant: string,
+  project: string,
+): Promise<{ tenant: number; project: number }> {
+  return (
+    await tx.query<{ tenant: number; project: number }>(
+      `SELECT count(*)::int AS tenant, count(*) FILTER (WHERE project = $2::text)::int AS project
+       FROM agent_runs WHERE tenant = $1::text AND class = 'default' AND status IN ('queued', 'running')`,
+      [tenant, project],
+    )
+  ).rows[0]!;
+}
+
+/** The cap a count is at, if any: the tenant's first, then the project's. */
+export function overCap(
+  limits: TenantLimits,
+  counts: { tenant: number; project: number },
+): { scope: 'tenant' | 'project'; limitValue: number; active: number } | undefined {
+  if (limits.activePerTenant > 0 && counts.tenant >= limits.activePerTenant) {
+    return { scope: 'tenant', limitValue: limits.activePerTenant, active: counts.tenant };
+  }
+  if (limits.activePerProject > 0 && counts.project >= limits.activePerProject) {
+    return { scope: 'project', limitValue: limits.activePerProject, active: counts.project };
+  }
+  return undefined;
+}

@@ -1,0 +1,76 @@
+import type { Database, ListenSession } from '@sluice/postgres/database';
+
+export type RunEvent = { kind: 'end' | 'cancel'; id: string };
+
+const channel = 'sluice_runs';
+
+/**
+ * One LISTEN session per process on the `sluice_runs` channel: 'end:<id>' when a run reaches a
+ * final state (a trigger sends it, whatever SQL made the move) and 'cancel:<id>' when a cancel
+ * is asked of a running run. A lost session (a restarted database) is opened again with
+ * backoff; meanwhile the shared polls of the waiters and the executor keep everything correct,
+ * only slower.
+ */
+export class RunEvents {
+  readonly #db: Database;
+  readonly #handlers = new Set<(event: RunEvent) => void>();
+  readonly #log: (message: string, error?: unknown) => void;
+  #session: ListenSession | undefined;
+  #retry: ReturnType<typeof setTimeout> | undefined;
+  #delayMs = 500;
+  #stopped = false;
+
+  constructor(db: Database, log: (message: string, error?: unknown) => void = () => undefined) {
+    this.#db = db;
+    this.#log = log;
+  }
+
+  /** True while NOTIFY arrives; polls may then be rarer. */
+  get listening(): boolean {
+    return this.#session !== undefined;
+  }
+
+  on(handler: (event: RunEvent) => void): () => void {
+    this.#handlers.add(handler);
+    return () => this.#handlers.delete(handler);
+  }
+
+  async start(): Promise<void> {
+    if (!this.#db.listen || this.#stopped) return;
+    try {
+      this.#session = await this.#db.listen(
+        channel,
+        (payload) => this.#dispatch(payload),
+        (error) => this.#lost(error),
+      );
+      this.#delayMs = 500;
+    } catch (error) {
+      this.#lost(error);
+    }
+  }
+
+  #dispatch(payload: string): void {
+    const at = payload.indexOf(':');
+    const kind = payload.slice(0, at);
+    if (kind !== 'end' && kind !== 'cancel') return;
+    const event: RunEvent = { kind, id: payload.slice(at + 1) };
+    for (const handler of this.#handlers) handler(event);
+  }
+
+  #lost(error: unknown): void {
+    this.#session = undefined;
+    if (this.#stopped) return;
+    this.#log('run notifications lost; polling until they are back', error);
+    this.#retry = setTimeout(() => void this.start(), this.#delayMs);
+    this.#retry.unref();
+    this.#delayMs = Math.min(this.#delayMs * 2, 10_000);
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    clearTimeout(this.#retry);
+    const session = this.#session;
+    this.#session = undefined;
+    await session?.close().catch(() => undefined);
+  }
+}

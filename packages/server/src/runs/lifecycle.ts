@@ -1,0 +1,45 @@
+/**
+ * The run lifecycle, drawn once. Every SQL statement that moves a run checks the status it
+ * moves from (compare-and-set), so no two processes can make two moves from one state.
+ *
+ *   scheduled ──due──▶ queued ──claimed──▶ running ──▶ succeeded
+ *       │                │                   │    └──▶ failed   (agent_error, timeout, max_duration_exceeded,
+ *       │                │                   │                   worker_lost, interrupted)
+ *       │                └──not started in time (deferred)──▶ failed (expired)
+ *       └──not promoted in time──────────────────────────────▶ failed (expired)
+ *   scheduled, queued, requires_action ──cancel──▶ canceled      (at once)
+ *   running ──cancel──▶ cancel requested ──its process stops it──▶ canceled
+ *
+ * A canceled run that is still executing somewhere keeps counting for its caps until the
+ * process executing it confirms, so cancelling through another server frees nothing early.
+ */
+export const runStatuses = [
+  'scheduled',
+  'queued',
+  'running',
+  'requires_action',
+  'succeeded',
+  'failed',
+  'canceled',
+] as const;
+export type RunStatus = (typeof runStatuses)[number];
+
+export const finalStatuses = ['succeeded', 'failed', 'canceled'] as const satisfies readonly RunStatus[];
+export type FinalStatus = (typeof finalStatuses)[number];
+
+export const isFinal = (status: string): status is FinalStatus =>
+  (finalStatuses as readonly string[]).includes(status);
+
+/** States a cancel ends at once: nothing is executing them. */
+export const cancelableAtOnce = [
+  'scheduled',
+  'queued',
+  'requires_action',
+] as const satisfies readonly RunStatus[];
+
+/** Why a run failed, as `error.type`. */
+export type FailureType =
+  'agent_error' | 'timeout' | 'max_duration_exceeded' | 'worker_lost' | 'interrupted' | 'expired';
+
+export const runClasses = ['default', 'deferred'] as const;
+export type RunClass = (typeof runClasses)[number];

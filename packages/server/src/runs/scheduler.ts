@@ -1,0 +1,91 @@
+import type { Database } from '@sluice/postgres/database';
+import { activeDefaultRuns, overCap } from './admission.js';
+import type { TenantLimits } from './policy.js';
+
+/** Rows one pass moves at most, so a pass is a short transaction whatever the backlog. */
+const BATCH = 500;
+
+/**
+ * Moves due scheduled runs to their queues. Deferred ones go at once (their place in the
+ * deferred queue was counted when they were accepted). Default-class ones go tenant by tenant,
+ * each in its own short transaction under that tenant's admission lock, only while the tenant
+ * and the run's project are under the default-class cap. A tenant at its cap therefore holds
+ * back only its own runs, never another tenant's; and since one transaction takes one tenant's
+ * lock, two processes promoting at once cannot deadlock. Returns how many runs moved.
+ */
+export async function promoteDueRuns(
+  db: Database,
+  limitsFor: (tenant: string) => TenantLimits,
+): Promise<number> {
+  const deferred = await db.query<{ id: string }>(
+    `UPDATE agent_runs SET status = 'queued'
+     WHERE id IN (SELECT id FROM agent_runs WHERE status = 'scheduled' AND class = 'deferred'
+                    AND scheduled_for <= clock_timestamp()
+                  ORDER BY scheduled_for LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)
+     RETURNING id`,
+  );
+  let promoted = deferred.rows.length;
+  const tenants = (
+    await db.query<{ tenant: string }>(
+      `SELECT DISTINCT tenant FROM agent_runs
+       WHERE status = 'scheduled' AND class = 'default' AND scheduled_for <= clock_timestamp()
+       ORDER BY tenant LIMIT 1000`,
+    )
+  ).rows.map((r) => r.tenant);
+  for (const tenant of tenants) promoted += await promoteTenant(db, tenant, limitsFor(tenant));
+  return promoted;
+}
+
+async function promoteTenant(db: Database, tenant: string, limits: TenantLimits): Promise<number> {
+  return db.transaction(async (tx) => {
+    await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [`sluice:tenant:${tenant}`]);
+    const due = (
+      await tx.query<{ id: string; project: string }>(
+        `SELECT id, project FROM agent_runs
+         WHERE tenant = $1::text AND status = 'scheduled' AND class = 'default' AND scheduled_for <= clock_timestamp()
+         ORDER BY scheduled_for, seq LIMIT ${BATCH} FOR UPDATE SKIP LOCKED`,
+        [tenant],
+      )
+    ).rows;
+    if (due.length === 0) return 0;
+    const byProject = new Map<string, number>();
+    let tenantCount = -1;
+    const moving: string[] = [];
+    for (const run of due) {
+      if (!byProject.has(run.project)) {
+        const counts = await activeDefaultRuns(tx, tenant, run.project);
+        byProject.set(run.project, counts.project);
+        if (tenantCount < 0) tenantCount = counts.tenant;
+      }
+      const project = byProject.get(run.project)!;
+      const over = overCap(limits, { tenant: tenantCount, project });
+      if (over?.scope === 'tenant') break;
+      if (over) continue;
+      moving.push(run.id);
+      tenantCount++;
+      byProject.set(run.project, project + 1);
+    }
+    if (moving.length > 0) {
+      await tx.query(`UPDATE agent_runs SET status = 'queued' WHERE id = ANY($1::text[])`, [moving]);
+    }
+    return moving.length;
+  });
+}
+
+/**
+ * Deferred runs still queued, and scheduled runs still not started, `maxWaitMs` after they
+ * became due end failed with `expired`. In batches, so one pass never rewrites a whole backlog.
+ */
+export async function expireRuns(db: Database, maxWaitMs: number): Promise<number> {
+  const result = await db.query<{ id: string }>(
+    `UPDATE agent_runs SET status = 'failed', finished_at = clock_timestamp(),
+       error = jsonb_build_object('type', 'expired', 'message', 'the run was not started within AGENT_DEFERRED_MAX_WAIT_MS')
+     WHERE id IN (SELECT id FROM agent_runs
+                  WHERE ((status = 'queued' AND class = 'deferred') OR status = 'scheduled')
+                    AND coalesce(scheduled_for, created_at) < clock_timestamp() - $1::float8 * interval '1 millisecond'
+                  LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)
+     RETURNING id`,
+    [maxWaitMs],
+  );
+  return result.rows.length;
+}

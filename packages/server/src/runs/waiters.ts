@@ -1,0 +1,104 @@
+import type { Database } from '@sluice/postgres/database';
+import type { RunEvents } from './events.js';
+import { endedAmong } from './store.js';
+
+export type WaitResult = 'ended' | 'timeout' | 'aborted' | 'closed';
+
+interface Waiter {
+  resolve(result: WaitResult): void;
+}
+
+/**
+ * Callers waiting for runs to end, for the whole process. Nobody polls for their own run: a
+ * run ending here wakes its waiters directly, one ending elsewhere through NOTIFY, and one
+ * shared query looks at every waited run now and then in case a notification was missed (the
+ * only query, whatever the number of waiters). A waiter leaves when its client disconnects.
+ */
+export class RunWaiters {
+  readonly #db: Database;
+  readonly #events: RunEvents;
+  readonly #waiting = new Map<string, Set<Waiter>>();
+  readonly #pollMs: number;
+  #poll: ReturnType<typeof setTimeout> | undefined;
+  #polling = false;
+  #closed = false;
+
+  constructor(db: Database, events: RunEvents, options: { pollMs?: number } = {}) {
+    this.#db = db;
+    this.#events = events;
+    this.#pollMs = options.pollMs ?? 1_000;
+    events.on((event) => {
+      if (event.kind === 'end') this.ended(event.id);
+    });
+  }
+
+  /** How many callers wait now. */
+  get size(): number {
+    let n = 0;
+    for (const set of this.#waiting.values()) n += set.size;
+    return n;
+  }
+
+  /** Resolves when the run ends, the time is up, `signal` aborts or the process drains. */
+  wait(id: string, options: { timeoutMs: number; signal?: AbortSignal }): Promise<WaitResult> {
+    if (this.#closed) return Promise.resolve('closed');
+    if (options.signal?.aborted) return Promise.resolve('aborted');
+    return new Promise<WaitResult>((resolve) => {
+      const timing: { timer?: ReturnType<typeof setTimeout> } = {};
+      const onAbort = () => waiter.resolve('aborted');
+      const waiter: Waiter = {
+        resolve: (result) => {
+          clearTimeout(timing.timer);
+          options.signal?.removeEventListener('abort', onAbort);
+          const set = this.#waiting.get(id);
+          set?.delete(waiter);
+          if (set?.size === 0) this.#waiting.delete(id);
+          resolve(result);
+        },
+      };
+      timing.timer = setTimeout(() => waiter.resolve('timeout'), options.timeoutMs);
+      options.signal?.addEventListener('abort', onAbort, { once: true });
+      let set = this.#waiting.get(id);
+      if (!set) this.#waiting.set(id, (set = new Set()));
+      set.add(waiter);
+      this.#schedulePoll();
+    });
+  }
+
+  /** The run ended: wake its waiters. */
+  ended(id: string): void {
+    const set = this.#waiting.get(id);
+    if (!set) return;
+    for (const waiter of [...set]) waiter.resolve('ended');
+  }
+
+  /** Drain: every waiter is answered now. */
+  closeAll(): void {
+    this.#closed = true;
+    clearTimeout(this.#poll);
+    for (const set of [...this.#waiting.values()]) for (const waiter of [...set]) waiter.resolve('closed');
+  }
+
+  #schedulePoll(): void {
+    if (this.#poll !== undefined || this.#polling || this.#closed) return;
+    // With notifications flowing the look is a rare safety net; without them, it is how runs
+    // ending on other processes are seen.
+    const delay = this.#events.listening ? this.#pollMs * 5 : this.#pollMs;
+    this.#poll = setTimeout(() => void this.#look(), delay);
+    this.#poll.unref();
+  }
+
+  async #look(): Promise<void> {
+    this.#poll = undefined;
+    if (this.#waiting.size === 0) return;
+    this.#polling = true;
+    try {
+      for (const id of await endedAmong(this.#db, [...this.#waiting.keys()])) this.ended(id);
+    } catch {
+      // The database is away; the next look tries again.
+    } finally {
+      this.#polling = false;
+    }
+    if (this.#waiting.size > 0) this.#schedulePoll();
+  }
+}
