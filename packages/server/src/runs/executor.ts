@@ -36,6 +36,7 @@ type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: object) 
 /** How often a process looks at its own running runs for cancels and losses (NOTIFY usually comes first). */
 const WATCH_MS = 500;
 const IDLE_POLL_MS = 500;
+const MAX_BACKOFF_MS = 10_000;
 
 /**
  * Runs agents for this process: inline runs on the request that carried them, queued runs on
@@ -47,6 +48,8 @@ export class Executor {
   readonly node = `node_${randomBytes(6).toString('hex')}`;
   readonly #running = new Map<string, LocalRun>();
   readonly #idle = new Set<() => void>();
+  /** Loops waiting out a database failure; woken only to stop. */
+  readonly #backingOff = new Set<() => void>();
   readonly #loops: Promise<void>[] = [];
   #claiming = false;
   #watch: ReturnType<typeof setInterval> | undefined;
@@ -201,6 +204,7 @@ export class Executor {
   async stopWorkers(): Promise<void> {
     this.#claiming = false;
     this.notify();
+    for (const wake of [...this.#backingOff]) wake();
     await Promise.allSettled(this.#loops.splice(0));
   }
 
@@ -229,26 +233,36 @@ export class Executor {
   }
 
   async #loop(claim: () => Promise<RunRow | undefined>): Promise<void> {
+    let failures = 0;
     while (this.#claiming) {
       let run: RunRow | undefined;
       try {
         run = await claim();
+        failures = 0;
       } catch (error) {
-        // The database is away: wait, then try again. The loop itself never ends on an error.
-        this.log('warn', 'claiming a queued run failed', { error: String(error) });
+        // The database is away: back off (with jitter, so a hundred loops do not knock on a
+        // recovering server at once), then try again. The loop itself never ends on an error.
+        if (failures++ === 0) this.log('warn', 'claiming a queued run failed', { error: String(error) });
       }
       if (run) {
         await this.execute(run).catch(() => undefined);
         continue;
       }
+      const pause =
+        failures === 0
+          ? IDLE_POLL_MS
+          : Math.min(IDLE_POLL_MS * 2 ** failures, MAX_BACKOFF_MS) * (0.5 + Math.random() / 2);
       await new Promise<void>((resolve) => {
         const wake = () => {
           clearTimeout(timer);
           this.#idle.delete(wake);
+          this.#backingOff.delete(wake);
           resolve();
         };
-        const timer = setTimeout(wake, IDLE_POLL_MS);
-        this.#idle.add(wake);
+        const timer = setTimeout(wake, pause);
+        // A notify wakes a healthy loop at once; a failing one keeps its backoff.
+        if (failures === 0) this.#idle.add(wake);
+        else this.#backingOff.add(wake);
       });
     }
   }

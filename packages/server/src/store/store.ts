@@ -53,8 +53,9 @@ async function openPostgres(url: string, options: StoreOptions): Promise<Store> 
     // Waiting for a connection (a new one, or a free one of a busy pool) ends after this, with 503.
     connectionTimeoutMillis: 30_000,
     statement_timeout: statementTimeout,
-    // Lock waits (the tenant admission lock above all) give up well before a statement would.
-    lock_timeout: Math.min(statementTimeout, 5_000),
+    // Lock waits (the tenant admission lock above all) are bounded too: a stuck holder makes
+    // callers fail with 503 instead of queueing behind it forever.
+    lock_timeout: statementTimeout,
     idle_in_transaction_session_timeout: 60_000,
   });
   // An idle connection that the server ends (restart, pg_terminate_backend, a proxy's reaper)
