@@ -3,10 +3,12 @@ import { startTestServer as start, until } from './helpers.js';
 
 it('deferred runs: their own running cap per tenant, their own queue cap, and no effect on default-class runs', async () => {
   const { call } = await start({
-    deferredMaxRunningPerTenant: 2,
-    deferredMaxQueuedPerTenant: 3,
-    deferredConcurrency: 4,
-    syncTimeoutMs: 300,
+    settings: {
+      deferredMaxRunningPerTenant: 2,
+      deferredMaxQueuedPerTenant: 3,
+      deferredConcurrency: 4,
+      syncTimeoutMs: 300,
+    },
   });
   const queue = async () => (await call('GET', '/agents/runs/queue')).body.deferred as Record<string, number>;
   for (const n of [1, 2, 3]) {
@@ -49,7 +51,9 @@ it('deferred runs: their own running cap per tenant, their own queue cap, and no
 });
 
 it('a deferred run not started within AGENT_DEFERRED_MAX_WAIT_MS fails expired', async () => {
-  const { call } = await start({ deferredMaxRunningPerTenant: 1, deferredMaxWaitMs: 200, nodeStaleMs: 400 });
+  const { call } = await start({
+    settings: { deferredMaxRunningPerTenant: 1, deferredMaxWaitMs: 200, nodeStaleMs: 400 },
+  });
   await call('POST', '/agents/echo/runs', { input: 'stall first', class: 'deferred', wait: false });
   const second = await call('POST', '/agents/echo/runs', { input: 'second', class: 'deferred', wait: false });
   await until(async () => (await call('GET', `/agents/runs/${second.body.id}`)).body.status === 'failed');

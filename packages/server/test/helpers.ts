@@ -1,80 +1,223 @@
 import { mkdtempSync, rmSync } from 'node:fs';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach } from 'vitest';
+import pg from 'pg';
+import { afterEach, inject } from 'vitest';
 import { createAgent } from 'sluice';
-import { createToken, defineConfig, serve, type RunningServer, type ServerSettings } from '@sluice/server';
-import { startProviderStandIn } from '@sluice/testkit';
+import {
+  createToken,
+  defineConfig,
+  serve,
+  type RunningServer,
+  type ServerSettings,
+  type SluiceConfig,
+} from '@sluice/server';
+import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
+import { urlOf } from '../../../scripts/postgres-config.js';
+
+/** Connection settings of this run's PostgreSQL (see scripts/vitest-global-setup.ts); undefined without one. */
+export const postgres = inject('postgres');
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
+/** Runs `cleanup` after the current test, last registered first. */
+export const afterThisTest = (cleanup: () => Promise<void>) => void cleanups.push(cleanup);
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- response bodies are checked field by field
-type Body = Record<string, any>;
+export type Body = Record<string, any>;
+export interface Reply {
+  status: number;
+  retryAfter: string | null;
+  headers: Headers;
+  body: Body;
+}
+
+/** The last user message of a stand-in request. */
+export const lastUserText = (r: { messages: readonly { role: string; content?: unknown }[] }) =>
+  String([...r.messages].reverse().find((m) => m.role === 'user')?.content ?? '');
+
+export interface TestServerOptions {
+  settings?: Partial<ServerSettings>;
+  tenants?: SluiceConfig['tenants'];
+  /** A PostgreSQL database (see `freshDatabase`); default: embedded PGlite in a temp folder. */
+  databaseUrl?: string;
+  /** Stand-in answers; default: "stall" in the prompt hangs, "fail" is a provider 400, else "done <prompt>". */
+  provider?: ProviderStandIn;
+}
 
 export interface TestServer {
   server: RunningServer;
-  /** A request with an admin token of tenant `t`, project `p`. */
-  call(
-    method: string,
-    path: string,
-    body?: unknown,
-  ): Promise<{ status: number; retryAfter: string | null; body: Body }>;
+  provider: ProviderStandIn;
+  /** A token of tenant `t`, project `p` (admin unless given). */
+  token(
+    who?: Partial<{ tenant: string; project: string; user: string; role: 'admin' | 'member' | 'read' }>,
+  ): Promise<string>;
+  /** A request with the default admin token, or `token`. */
+  call(method: string, path: string, body?: unknown, token?: string): Promise<Reply>;
   statusOf(id: string): Promise<Body>;
 }
 
-/**
- * A server on embedded PGlite in a temporary folder, with one `echo` agent against the
- * provider stand-in: a prompt containing "stall" hangs, anything else is answered "done ...".
- * Closed after the test.
- */
-export async function startTestServer(settings: Partial<ServerSettings> = {}): Promise<TestServer> {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-server-test-'));
+export async function startStandIn(): Promise<ProviderStandIn> {
   const provider = await startProviderStandIn({
     reply: (r) => {
-      const last = String([...r.messages].reverse().find((m) => m.role === 'user')?.content ?? '');
-      return last.includes('stall') ? { stall: true } : { text: `done ${last}` };
+      const last = lastUserText(r);
+      if (last.includes('stall')) return { stall: true };
+      if (last.includes('fail')) return { status: 400, message: 'the model refused' };
+      return { text: `done ${last}`, usage: { input: 10, output: 10 } };
     },
   });
-  const model = { api: 'openai-completions' as const, provider: 'stand-in', id: 'm', baseUrl: provider.url };
+  afterThisTest(() => provider.close());
+  return provider;
+}
+
+/**
+ * A server with one `echo` agent against the provider stand-in, on embedded PGlite in a
+ * temporary folder (or the PostgreSQL database given), quiet logs. Closed after the test.
+ */
+export async function startTestServer(options: TestServerOptions = {}): Promise<TestServer> {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-server-test-'));
+  const provider = options.provider ?? (await startStandIn());
+  const model = {
+    api: 'openai-completions' as const,
+    provider: 'stand-in',
+    id: 'm',
+    baseUrl: provider.url,
+    cost: { input: 0.001, output: 0.001 },
+  };
   const server = await serve({
     config: defineConfig({
       agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) },
-      settings,
+      tenants: options.tenants,
+      settings: options.settings,
     }),
     port: 0,
     dataDir: dir,
-    databaseUrl: '',
+    databaseUrl: options.databaseUrl ?? '',
+    logger: false,
   });
-  cleanups.push(async () => {
+  afterThisTest(async () => {
     await server.close();
-    await provider.close();
     rmSync(dir, { recursive: true, force: true });
   });
-  const token = (await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' }))
-    .secret;
-  const call: TestServer['call'] = async (method, path, body) => {
+  const token: TestServer['token'] = async (who = {}) =>
+    (
+      await createToken(server.store.db, {
+        tenant: who.tenant ?? 't',
+        project: who.project ?? 'p',
+        user: who.user ?? 'u',
+        role: who.role ?? 'admin',
+      })
+    ).secret;
+  const admin = await token();
+  const call: TestServer['call'] = async (method, path, body, as) => {
     const r = await fetch(`${server.url}/api/client/v1${path}`, {
       method,
-      headers: { authorization: `Bearer ${token}`, ...(body ? { 'content-type': 'application/json' } : {}) },
-      body: body ? JSON.stringify(body) : undefined,
+      headers: {
+        authorization: `Bearer ${as ?? admin}`,
+        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+      },
+      body: body !== undefined ? JSON.stringify(body) : undefined,
     });
     return {
       status: r.status,
       retryAfter: r.headers.get('retry-after'),
-      body: (await r.json()) as Record<string, never>,
+      headers: r.headers,
+      body: (await r.json()) as Body,
     };
   };
-  return { server, call, statusOf: async (id) => (await call('GET', `/agents/runs/${id}`)).body };
+  return {
+    server,
+    provider,
+    token,
+    call,
+    statusOf: async (id) => (await call('GET', `/agents/runs/${id}`)).body,
+  };
 }
 
-/** Polls `check` until it holds (bounded). */
-export async function until(check: () => Promise<boolean>): Promise<void> {
-  for (let i = 0; i < 400; i++) {
+/** Polls `check` until it holds (bounded: about 20 s). */
+export async function until(check: () => Promise<boolean> | boolean, what = 'condition'): Promise<void> {
+  for (let i = 0; i < 800; i++) {
     if (await check()) return;
     await new Promise((r) => setTimeout(r, 25));
   }
-  throw new Error('condition not reached');
+  throw new Error(`${what} not reached`);
+}
+
+/** A new empty PostgreSQL database for this test (dropped after it); its connection string. */
+export async function freshDatabase(): Promise<string> {
+  if (!postgres) throw new Error('PostgreSQL is not available');
+  const name = `sluice_t_${Date.now().toString(36)}_${Math.floor(Math.random() * 1e9).toString(36)}`;
+  const admin = new pg.Client({ ...postgres });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+  afterThisTest(async () => {
+    const client = new pg.Client({ ...postgres });
+    await client.connect();
+    await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await client.end();
+  });
+  return urlOf(postgres, name);
+}
+
+/**
+ * A TCP proxy on 127.0.0.1 in front of this run's PostgreSQL: `cut()` ends every connection
+ * through it and refuses new ones (what a database restart looks like from the server),
+ * `restore()` lets connections through again.
+ */
+export async function startDatabaseProxy(): Promise<{
+  port: number;
+  cut(): void;
+  restore(): void;
+  close(): Promise<void>;
+}> {
+  if (!postgres) throw new Error('PostgreSQL is not available');
+  const target = postgres.host?.startsWith('/')
+    ? { path: join(postgres.host, `.s.PGSQL.${postgres.port ?? 5432}`) }
+    : { host: postgres.host ?? '127.0.0.1', port: postgres.port ?? 5432 };
+  const sockets = new Set<net.Socket>();
+  let down = false;
+  const server = net.createServer((client) => {
+    if (down) return client.destroy();
+    const upstream = net.connect(target);
+    sockets.add(client).add(upstream);
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    client.on('error', end).on('close', end);
+    upstream.on('error', end).on('close', end);
+    client.pipe(upstream).pipe(client);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as net.AddressInfo).port;
+  const proxy = {
+    port,
+    cut() {
+      down = true;
+      for (const s of sockets) s.destroy();
+      sockets.clear();
+    },
+    restore() {
+      down = false;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        proxy.cut();
+        server.close(() => resolve());
+      }),
+  };
+  afterThisTest(() => proxy.close());
+  return proxy;
+}
+
+/** The connection string of `databaseUrl`'s database, through a proxy on `port`. */
+export function throughProxy(databaseUrl: string, port: number): string {
+  const database = new URL(databaseUrl.replace(/^postgresql:\/\/[^/]*\//, 'http://x/')).pathname.slice(1);
+  return `postgresql://${encodeURIComponent(postgres?.user ?? 'root')}@127.0.0.1:${port}/${database}`;
 }

@@ -2,7 +2,7 @@ import { expect, it } from 'vitest';
 import { startTestServer as start, until } from './helpers.js';
 
 it('delay_seconds and run_at schedule a run, which starts when it is due', async () => {
-  const { call, statusOf } = await start({});
+  const { call, statusOf } = await start();
   const delayed = await call('POST', '/agents/echo/runs', { input: 'later', delay_seconds: 0.3 });
   expect(delayed.status).toBe(202);
   expect(delayed.body.status).toBe('scheduled');
@@ -18,7 +18,7 @@ it('delay_seconds and run_at schedule a run, which starts when it is due', async
 });
 
 it('a due default-class run waits, scheduled, while the tenant is at its cap; it counts for no cap until then', async () => {
-  const { call, statusOf, server } = await start({ maxActivePerTenant: 1 });
+  const { call, statusOf, server } = await start({ settings: { maxActivePerTenant: 1 } });
   const blocker = await call('POST', '/agents/echo/runs', { input: 'stall', wait: false });
   await until(async () => (await statusOf(blocker.body.id)).status === 'running');
   // Not refused: a scheduled run takes no place until it is due.
@@ -35,7 +35,9 @@ it('a due default-class run waits, scheduled, while the tenant is at its cap; it
 });
 
 it('a scheduled run that cannot start within AGENT_DEFERRED_MAX_WAIT_MS of becoming due fails expired', async () => {
-  const { call, statusOf } = await start({ maxActivePerTenant: 1, deferredMaxWaitMs: 300, nodeStaleMs: 400 });
+  const { call, statusOf } = await start({
+    settings: { maxActivePerTenant: 1, deferredMaxWaitMs: 300, nodeStaleMs: 400 },
+  });
   const blocker = await call('POST', '/agents/echo/runs', { input: 'stall', wait: false });
   await until(async () => (await statusOf(blocker.body.id)).status === 'running');
   const scheduled = await call('POST', '/agents/echo/runs', { input: 'too late', delay_seconds: 0 });
@@ -45,7 +47,7 @@ it('a scheduled run that cannot start within AGENT_DEFERRED_MAX_WAIT_MS of becom
 });
 
 it('refuses bad schedules, naming the field', async () => {
-  const { call } = await start({});
+  const { call } = await start();
   const both = await call('POST', '/agents/echo/runs', { input: 'x', run_at: 1, delay_seconds: 1 });
   expect(both.status).toBe(400);
   const badAt = await call('POST', '/agents/echo/runs', { input: 'x', run_at: 'next tuesday' });
