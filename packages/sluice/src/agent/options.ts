@@ -110,10 +110,10 @@ export function resolveBehaviour(options: BehaviourOptions): ResolvedBehaviour {
   const retry = section('retry', options.retry);
   const compaction = section('compaction', options.compaction);
   const clock = options.clock ?? systemClock;
+  if (typeof clock !== 'object' || clock === null) fail('clock', 'a Clock', clock);
   for (const method of ['now', 'setTimeout', 'clearTimeout'] as const) {
-    if (typeof (clock as unknown as Record<string, unknown>)[method] !== 'function') {
-      fail('clock', 'a Clock (now, setTimeout and clearTimeout)', clock);
-    }
+    const value = (clock as unknown as Record<string, unknown>)[method];
+    if (typeof value !== 'function') fail(`clock.${method}`, 'a function', value);
   }
   const optional = (field: string, value: unknown) =>
     value === undefined ? undefined : duration(field, value);

@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import { setImmediate as flush } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import {
@@ -18,6 +19,24 @@ import {
 
 const lineage = { runId: 'run-2', rootRunId: 'run-1', parentRunId: 'run-1', requestId: 'req-9' };
 
+// Every event type, checked by the compiler: a new member of ConcurrencyEventType that is not
+// listed here fails the type check.
+const everyType = {
+  'wait-started': true,
+  acquired: true,
+  'timed-out': true,
+  'queue-full': true,
+  'wait-cancelled': true,
+  'limiter-error': true,
+  'config-error': true,
+  released: true,
+  'renewal-failed': true,
+  'lease-lost': true,
+  'release-failed': true,
+} satisfies Record<ConcurrencyEventType, true>;
+// The types the tests of this file made acquireSlot emit.
+const emitted = new Set<ConcurrencyEventType>();
+
 function setup(options: { maxConcurrent?: number; maxQueued?: number; leaseTtlMs?: number } = {}) {
   const clock = new ManualClock(1_000_000);
   const limiter = createConcurrencyLimiter({
@@ -30,7 +49,10 @@ function setup(options: { maxConcurrent?: number; maxQueued?: number; leaseTtlMs
     defaultWorkload: 'background',
   });
   const events: ConcurrencyEvent[] = [];
-  const onEvent = (e: ConcurrencyEvent) => events.push(e);
+  const onEvent = (e: ConcurrencyEvent) => {
+    emitted.add(e.type);
+    events.push(e);
+  };
   return { clock, limiter, events, onEvent, types: () => events.map((e) => e.type) };
 }
 
@@ -301,22 +323,119 @@ describe('slot lifecycle and events', () => {
     expect(limiter.stats().active).toBe(0);
   });
 
-  it('covers every event type', () => {
-    // Keeps this file honest: a new event type must get a test above.
-    const tested: ConcurrencyEventType[] = [
-      'wait-started',
-      'acquired',
-      'timed-out',
-      'queue-full',
-      'wait-cancelled',
-      'limiter-error',
-      'config-error',
-      'released',
-      'renewal-failed',
-      'lease-lost',
-      'release-failed',
-    ];
-    expect(new Set(tested).size).toBe(11);
+  it('covers every event type: each was emitted by a test above', () => {
+    expect([...emitted].sort()).toEqual(Object.keys(everyType).sort());
+  });
+});
+
+describe('a budget that ends during the wait', () => {
+  /** A limiter that does not honour `timeoutMs`: only acquireSlot's own timer can end the wait. */
+  function deaf(inner: ConcurrencyLimiter<string>): ConcurrencyLimiter<string> {
+    return { ...faulty(inner, {}), acquire: (r) => inner.acquire({ ...r, timeoutMs: undefined }) };
+  }
+
+  it('is a timeout decided by acquireSlot, even when the limiter ignores the budget', async () => {
+    const { clock, limiter, events, onEvent } = setup();
+    const holder = await acquireSlot({ limiter, clock });
+    const controller = new AbortController();
+    const pending = acquireSlot({
+      limiter: deaf(limiter),
+      workload: 'interactive',
+      signal: controller.signal,
+      timeoutMs: 400,
+      clock,
+      onEvent,
+      ...lineage,
+    }).catch((e: unknown) => e);
+    await flush();
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(1);
+    clock.advance(400);
+    const error = await pending;
+    expect(error).toBeInstanceOf(ConcurrencyTimeoutError);
+    expect(error).toMatchObject({ ...common, waitMs: 400, timeoutMs: 400 });
+    expect(events.at(-1)).toEqual({ type: 'timed-out', ...common, at: 1_000_400, waitMs: 400 });
+    // Nothing left behind: not in the queue, not on the caller's signal.
+    expect(limiter.stats()).toMatchObject({ active: 1, queued: 0 });
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
+    await holder.release();
+  });
+
+  it('is a timeout whichever of the two timers at the same instant fires first', async () => {
+    const { clock, limiter, types, onEvent } = setup();
+    const holder = await acquireSlot({ limiter, clock });
+    // The limiter's own timer (set inside acquire) and acquireSlot's fall due together.
+    const pending = acquireSlot({ limiter, timeoutMs: 250, clock, onEvent }).catch((e: unknown) => e);
+    clock.advance(250);
+    expect(await pending).toBeInstanceOf(ConcurrencyTimeoutError);
+    expect(types()).toEqual(['wait-started', 'timed-out']);
+    await holder.release();
+  });
+
+  it('a cancellation before the budget ends is still a cancellation, and clears the budget timer', async () => {
+    const { clock, limiter, types, onEvent } = setup();
+    const holder = await acquireSlot({ limiter, clock });
+    const controller = new AbortController();
+    const before = clock.pendingTimers;
+    const pending = acquireSlot({
+      limiter: deaf(limiter),
+      signal: controller.signal,
+      timeoutMs: 400,
+      clock,
+      onEvent,
+    }).catch((e: unknown) => e);
+    await flush();
+    expect(clock.pendingTimers).toBe(before + 1);
+    clock.advance(100);
+    const reason = new Error('user left');
+    controller.abort(reason);
+    expect(await pending).toBe(reason);
+    expect(types()).toEqual(['wait-started', 'wait-cancelled']);
+    expect(clock.pendingTimers).toBe(before);
+    await holder.release();
+  });
+});
+
+describe('lineage on errors a limiter throws', () => {
+  it("is added to a copy of the same class; the limiter's error is left as it was", async () => {
+    const { clock, limiter, events, onEvent } = setup();
+    const thrown = new ConcurrencyQueueFullError({
+      limiter: 'claude',
+      workload: 'interactive',
+      maxQueued: 0,
+      queued: 0,
+    });
+    const error = await acquireSlot({
+      limiter: faulty(limiter, { acquire: thrown }),
+      workload: 'interactive',
+      clock,
+      onEvent,
+      ...lineage,
+    }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ConcurrencyQueueFullError);
+    expect(error).not.toBe(thrown);
+    expect(error).toMatchObject({
+      ...common,
+      maxQueued: 0,
+      queued: 0,
+      message: thrown.message,
+      name: thrown.name,
+    });
+    expect((error as Error).stack).toBe(thrown.stack);
+    expect(thrown).toMatchObject({ runId: undefined, requestId: undefined });
+    expect(events.at(-1)).toEqual({ type: 'queue-full', ...common, at: 1_000_000, waitMs: 0 });
+  });
+
+  it('a limiter error that already has its lineage is passed on as it is', async () => {
+    const { clock, limiter, onEvent } = setup();
+    const thrown = new ConcurrencyQueueFullError({ ...common, maxQueued: 0, queued: 0 });
+    const error = await acquireSlot({
+      limiter: faulty(limiter, { acquire: thrown }),
+      workload: 'interactive',
+      clock,
+      onEvent,
+      ...lineage,
+    }).catch((e: unknown) => e);
+    expect(error).toBe(thrown);
   });
 });
 
