@@ -3,21 +3,15 @@ import { setImmediate as flush } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import {
   ConcurrencyConfigError,
-  ConcurrencyError,
   ConcurrencyLeaseLostError,
   ConcurrencyLimiterError,
   ConcurrencyQueueFullError,
   ConcurrencyTimeoutError,
-  ManualClock,
-  TurnError,
   acquireSlot,
-  createConcurrencyLimiter,
-  type ConcurrencyEvent,
   type ConcurrencyEventType,
   type ConcurrencyLimiter,
 } from 'sluice/concurrency';
-
-const lineage = { runId: 'run-2', rootRunId: 'run-1', parentRunId: 'run-1', requestId: 'req-9' };
+import { common, emitted, faulty, lineage, setup } from './slot-fixture.js';
 
 // Every event type, checked by the compiler: a new member of ConcurrencyEventType that is not
 // listed here fails the type check.
@@ -34,47 +28,6 @@ const everyType = {
   'lease-lost': true,
   'release-failed': true,
 } satisfies Record<ConcurrencyEventType, true>;
-// The types the tests of this file made acquireSlot emit.
-const emitted = new Set<ConcurrencyEventType>();
-
-function setup(options: { maxConcurrent?: number; maxQueued?: number; leaseTtlMs?: number } = {}) {
-  const clock = new ManualClock(1_000_000);
-  const limiter = createConcurrencyLimiter({
-    name: 'claude',
-    maxConcurrent: options.maxConcurrent ?? 1,
-    maxQueued: options.maxQueued,
-    leaseTtlMs: options.leaseTtlMs ?? 3000,
-    clock,
-    workloads: { interactive: { reserved: 0, priority: 10 }, background: {} },
-    defaultWorkload: 'background',
-  });
-  const events: ConcurrencyEvent[] = [];
-  const onEvent = (e: ConcurrencyEvent) => {
-    emitted.add(e.type);
-    events.push(e);
-  };
-  return { clock, limiter, events, onEvent, types: () => events.map((e) => e.type) };
-}
-
-/** A limiter that fails on command, around a real one. */
-function faulty(
-  inner: ConcurrencyLimiter<string>,
-  faults: { acquire?: Error; renew?: Error; release?: Error },
-) {
-  const limiter: ConcurrencyLimiter<string> = {
-    name: inner.name,
-    acquire: (r) => (faults.acquire ? Promise.reject(faults.acquire) : inner.acquire(r)),
-    renew: (l) => (faults.renew ? Promise.reject(faults.renew) : inner.renew(l)),
-    release: (l) => (faults.release ? Promise.reject(faults.release) : inner.release(l)),
-  };
-  return limiter;
-}
-
-const common = {
-  limiter: 'claude',
-  workload: 'interactive',
-  ...lineage,
-};
 
 describe('slot lifecycle and events', () => {
   it('wait-started, acquired and released carry every field', async () => {
@@ -392,98 +345,5 @@ describe('a budget that ends during the wait', () => {
     expect(types()).toEqual(['wait-started', 'wait-cancelled']);
     expect(clock.pendingTimers).toBe(before);
     await holder.release();
-  });
-});
-
-describe('lineage on errors a limiter throws', () => {
-  it("is added to a copy of the same class; the limiter's error is left as it was", async () => {
-    const { clock, limiter, events, onEvent } = setup();
-    const thrown = new ConcurrencyQueueFullError({
-      limiter: 'claude',
-      workload: 'interactive',
-      maxQueued: 0,
-      queued: 0,
-    });
-    const error = await acquireSlot({
-      limiter: faulty(limiter, { acquire: thrown }),
-      workload: 'interactive',
-      clock,
-      onEvent,
-      ...lineage,
-    }).catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(ConcurrencyQueueFullError);
-    expect(error).not.toBe(thrown);
-    expect(error).toMatchObject({
-      ...common,
-      maxQueued: 0,
-      queued: 0,
-      message: thrown.message,
-      name: thrown.name,
-    });
-    expect((error as Error).stack).toBe(thrown.stack);
-    expect(thrown).toMatchObject({ runId: undefined, requestId: undefined });
-    expect(events.at(-1)).toEqual({ type: 'queue-full', ...common, at: 1_000_000, waitMs: 0 });
-  });
-
-  it('a limiter error that already has its lineage is passed on as it is', async () => {
-    const { clock, limiter, onEvent } = setup();
-    const thrown = new ConcurrencyQueueFullError({ ...common, maxQueued: 0, queued: 0 });
-    const error = await acquireSlot({
-      limiter: faulty(limiter, { acquire: thrown }),
-      workload: 'interactive',
-      clock,
-      onEvent,
-      ...lineage,
-    }).catch((e: unknown) => e);
-    expect(error).toBe(thrown);
-  });
-});
-
-describe('error classes', () => {
-  it.each([
-    [
-      'ConcurrencyTimeoutError',
-      new ConcurrencyTimeoutError({ ...common, waitMs: 5, timeoutMs: 5 }),
-      { waitMs: 5, timeoutMs: 5 },
-    ],
-    [
-      'ConcurrencyQueueFullError',
-      new ConcurrencyQueueFullError({ ...common, maxQueued: 3, queued: 3 }),
-      { maxQueued: 3, queued: 3 },
-    ],
-    [
-      'ConcurrencyLimiterError',
-      new ConcurrencyLimiterError('db down', { ...common, cause: 'x' }),
-      { cause: 'x' },
-    ],
-    [
-      'ConcurrencyConfigError',
-      new ConcurrencyConfigError('bad', { ...common, field: 'f', value: 1 }),
-      { field: 'f', value: 1 },
-    ],
-    [
-      'ConcurrencyLeaseLostError',
-      new ConcurrencyLeaseLostError({ ...common, leaseId: 'l', holdMs: 9 }),
-      { leaseId: 'l', holdMs: 9 },
-    ],
-    [
-      'TurnError',
-      new TurnError('HTTP 500', { ...common, status: 500, retryable: true }),
-      { status: 500, retryable: true },
-    ],
-  ])('%s extends ConcurrencyError and carries its fields', (name, error, extra) => {
-    expect(error).toBeInstanceOf(ConcurrencyError);
-    expect(error).toBeInstanceOf(Error);
-    expect(error.name).toBe(name);
-    expect(error).toMatchObject({ ...common, ...extra });
-  });
-
-  it('messages carry the numbers', () => {
-    expect(new ConcurrencyTimeoutError({ ...common, waitMs: 120, timeoutMs: 120 }).message).toBe(
-      'No slot of limiter `claude` (workload `interactive`) within 120 ms; waited 120 ms',
-    );
-    expect(new ConcurrencyLeaseLostError({ ...common, leaseId: 'abc', holdMs: 31_000 }).message).toBe(
-      'Lease `abc` of limiter `claude` was lost after 31000 ms; the request was aborted',
-    );
   });
 });
