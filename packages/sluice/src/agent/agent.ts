@@ -10,9 +10,9 @@ import { resolveCredentials, resolveModel, type Credential, type ModelSpec } fro
 import { compactMessages } from './compaction.js';
 import {
   duration,
-  resolveBehaviour,
+  resolveRuntimeOptions,
   type CompactionOptions,
-  type ResolvedBehaviour,
+  type ResolvedRuntimeOptions,
   type RetryOptions,
   type RunBounds,
 } from './options.js';
@@ -111,13 +111,13 @@ export class Agent<W extends string = never> {
   readonly #options: AgentOptions<W>;
   readonly #model: ReturnType<typeof resolveModel>;
   readonly #credentials: Credential[];
-  readonly #behaviour: ResolvedBehaviour;
+  readonly #runtime: ResolvedRuntimeOptions;
 
   constructor(options: AgentOptions<W>) {
     this.#options = options;
     this.#model = resolveModel(options.model);
     this.#credentials = resolveCredentials(this.#model, options.credentials);
-    this.#behaviour = resolveBehaviour(options);
+    this.#runtime = resolveRuntimeOptions(options);
     const limiter = options.concurrency?.limiter;
     if (limiter?.validateWorkload) {
       // A limiter with several workloads and no default: the agent must pick one.
@@ -186,7 +186,7 @@ export class Agent<W extends string = never> {
       parent,
       limiter,
       workload,
-      clock: this.#behaviour.clock,
+      clock: this.#runtime.clock,
       timeoutMs,
       signal: options.signal,
       listeners: [this.#options.events?.onConcurrency, options.events?.onConcurrency].filter(
@@ -234,10 +234,10 @@ export class Agent<W extends string = never> {
     options: RunOptions<W>,
     onText: ((delta: string) => void) | undefined,
   ): Promise<RunResult> {
-    const { bounds, compaction, clock } = this.#behaviour;
+    const { bounds, compaction, clock } = this.#runtime;
     const tools = toAgentTools((this.#options.tools ?? []) as readonly Tool<never>[], scope, bounds);
     const known = new Map(tools.map((t) => [t.name, t]));
-    const repairs = new RepairCounter(this.#behaviour.maxRepairs, runFields(scope));
+    const repairs = new RepairCounter(this.#runtime.maxRepairs, runFields(scope));
     // Set when the provider reported an overflow: the run's own conversation is compacted
     // before its next turn too, not only the request that overflowed.
     let compactNext = false;
@@ -250,7 +250,7 @@ export class Agent<W extends string = never> {
     const requests = new RunRequests({
       scope,
       credentials: this.#credentials,
-      retry: this.#behaviour.retry,
+      retry: this.#runtime.retry,
       turnTimeoutMs: bounds.turnTimeoutMs,
       onOverflow: async (context) => {
         compactNext = true;

@@ -31,8 +31,11 @@ export interface CompactionOptions {
   keepLast?: number;
 }
 
-/** The options `createAgent` takes that shape a run's behaviour, before validation. */
-export interface BehaviourOptions {
+/**
+ * The options of `createAgent` that govern its runs (bounds, retries, repairs, compaction,
+ * time), before validation.
+ */
+export interface RuntimeOptions {
   bounds?: RunBounds | undefined;
   retry?: RetryOptions | undefined;
   maxRepairs?: number | undefined;
@@ -41,7 +44,7 @@ export interface BehaviourOptions {
 }
 
 /** The same after validation, frozen, with every default filled in: all the runtime sees. */
-export interface ResolvedBehaviour {
+export interface ResolvedRuntimeOptions {
   readonly bounds: Readonly<{
     maxParallelToolCalls: number;
     toolTimeoutMs: number | undefined;
@@ -105,7 +108,7 @@ function section<K extends keyof typeof knownKeys>(
  * Validates the agent options that shape its runs and fills in the defaults. Throws a
  * `TypeError` naming the field, what was expected and what came.
  */
-export function resolveBehaviour(options: BehaviourOptions): ResolvedBehaviour {
+export function resolveRuntimeOptions(options: RuntimeOptions): ResolvedRuntimeOptions {
   const bounds = section('bounds', options.bounds);
   const retry = section('retry', options.retry);
   const compaction = section('compaction', options.compaction);

@@ -14,7 +14,7 @@ import type { ConcurrencyEvent } from '../concurrency/events.js';
 import { acquireSlot, type HeldSlot } from '../concurrency/slot.js';
 import type { Credential } from '../models/model.js';
 import { observeResponses } from '../models/response-observer.js';
-import type { ResolvedBehaviour } from './options.js';
+import type { ResolvedRuntimeOptions } from './options.js';
 import { decideRetry, type FailedAttempt } from './retry.js';
 import { runFields, type RunScope } from './scope.js';
 import { LinkedAbort, sleep, timer } from './signals.js';
@@ -22,7 +22,7 @@ import { LinkedAbort, sleep, timer } from './signals.js';
 export interface ProviderRequestOptions {
   readonly scope: RunScope;
   readonly credentials: readonly Credential[];
-  readonly retry: ResolvedBehaviour['retry'];
+  readonly retry: ResolvedRuntimeOptions['retry'];
   /** Longest one provider request may take once sent. */
   readonly turnTimeoutMs: number | undefined;
   /** The provider says the context is too long: returns a smaller context to send instead. */
@@ -132,7 +132,9 @@ export async function sendProviderRequest(
       } catch (error) {
         // The provider is never called after a concurrency failure. A budget that ran out
         // during the wait is one too: acquireSlot reports it as a timeout.
-        if (error instanceof ConcurrencyError) return failed(error);
+        if (error instanceof ConcurrencyError || !scope.signal.aborted) {
+          return failed(error instanceof Error ? error : new Error(String(error)));
+        }
         return cancelled();
       }
       sent++;

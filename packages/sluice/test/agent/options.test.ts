@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { createAgent } from 'sluice';
 import { ManualClock, systemClock } from 'sluice/concurrency';
 import { agentDefaults } from '../../src/agent/defaults.js';
-import { resolveBehaviour, type BehaviourOptions } from '../../src/agent/options.js';
+import { resolveRuntimeOptions, type RuntimeOptions } from '../../src/agent/options.js';
 
 const model = {
   api: 'openai-completions' as const,
@@ -13,7 +13,7 @@ const model = {
 
 describe('agent options', () => {
   it('fills every default from one object, and freezes the result', () => {
-    const resolved = resolveBehaviour({});
+    const resolved = resolveRuntimeOptions({});
     expect(resolved).toEqual({
       bounds: { maxParallelToolCalls: 10, toolTimeoutMs: undefined, turnTimeoutMs: undefined },
       retry: { maxRetries: 3, baseDelayMs: 500, maxDelayMs: 30_000 },
@@ -30,7 +30,7 @@ describe('agent options', () => {
   it('keeps what was given', () => {
     const clock = new ManualClock();
     expect(
-      resolveBehaviour({
+      resolveRuntimeOptions({
         bounds: { maxParallelToolCalls: 2, toolTimeoutMs: 1000, turnTimeoutMs: 2000 },
         retry: { maxRetries: 0, baseDelayMs: 0, maxDelayMs: 100 },
         maxRepairs: 0,
@@ -46,7 +46,7 @@ describe('agent options', () => {
     });
   });
 
-  it.each<[BehaviourOptions, string]>([
+  it.each<[RuntimeOptions, string]>([
     [{ retry: { maxRetries: -1 } }, 'Expected `retry.maxRetries` to be a whole number >= 0, got `-1`'],
     [{ retry: { maxRetries: 1.5 } }, 'Expected `retry.maxRetries` to be a whole number >= 0, got `1.5`'],
     [
@@ -85,7 +85,7 @@ describe('agent options', () => {
     [{ clock: { now: () => 0 } as never }, 'Expected `clock.setTimeout` to be a function, got `undefined`'],
     [{ clock: 'wall' as never }, 'Expected `clock` to be a Clock, got `"wall"`'],
   ])('refuses %j', (options, message) => {
-    expect(() => resolveBehaviour(options)).toThrow(new TypeError(message));
+    expect(() => resolveRuntimeOptions(options)).toThrow(new TypeError(message));
     // createAgent validates the same way, before anything runs.
     expect(() => createAgent({ model, ...options })).toThrow(message);
   });
