@@ -159,7 +159,7 @@ export async function sendProviderRequest(
       if (attempt.turnTimedOut) {
         const error = new TurnError(
           `Provider request took longer than turnTimeoutMs (${options.turnTimeoutMs} ms)`,
-          { ...runFields(scope), retryable: false },
+          { ...runFields(scope, requestId), retryable: false },
         );
         return failed(error, final);
       }

@@ -90,7 +90,7 @@ describe('run bounds', () => {
     const error = await run;
     expect(error).toBeInstanceOf(TurnError);
     expect((error as Error).message).toBe('Provider request took longer than turnTimeoutMs (150 ms)');
-    expect(error).toMatchObject({ retryable: false, limiter: 'none' });
+    expect(error).toMatchObject({ retryable: false, limiter: 'none', requestId: expect.any(String) });
     await p.idle();
     expect(p.requests[0]).toMatchObject({ aborted: true });
   });
