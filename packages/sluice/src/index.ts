@@ -23,10 +23,10 @@ export type {
   ConcurrencyStats,
   WorkloadOptions,
 } from './concurrency/index.js';
-export { createAgent, Agent, RepairLimitError, RunTimeoutError } from './agent/agent.js';
-export type { CompactionOptions } from './agent/compaction.js';
-export type { AgentOptions, RunOptions, RunResult, RunUsage, RunBounds } from './agent/agent.js';
-export type { RetryOptions } from './agent/provider-request.js';
+export { createAgent, Agent } from './agent/agent.js';
+export type { AgentOptions, RunOptions, RunResult, RunUsage } from './agent/agent.js';
+export { RepairLimitError, RunTimeoutError } from './agent/errors.js';
+export type { CompactionOptions, RetryOptions, RunBounds } from './agent/options.js';
 export { tool } from './agent/tool.js';
 export type { Tool, ToolContext, ToolDefinition, JsonSchema } from './agent/tool.js';
 export type { Credential, ModelSpec } from './models/model.js';

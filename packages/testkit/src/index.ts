@@ -9,3 +9,5 @@
 export { startProviderStandIn } from './stand-in.js';
 export type { ProviderStandIn, Reply, StandInOptions, StandInRequest, RequestRecord } from './stand-in.js';
 export { echo, replies, toolThenAnswer } from './replies.js';
+export { until } from './until.js';
+export type { UntilOptions } from './until.js';

@@ -1,32 +1,26 @@
 import { randomUUID } from 'node:crypto';
-import { runAgentLoop, type AgentMessage, type AgentTool } from '@mariozechner/pi-agent-core';
-import {
-  validateToolArguments,
-  type AssistantMessage,
-  type Message,
-  type TextContent,
-  type ToolCall,
-} from '@mariozechner/pi-ai';
-import { ConcurrencyConfigError } from '../concurrency/errors.js';
+import { runAgentLoop, type AgentMessage } from '@mariozechner/pi-agent-core';
+import type { AssistantMessage, Message } from '@mariozechner/pi-ai';
+import type { Clock } from '../concurrency/clock.js';
+import { ConcurrencyConfigError, ConcurrencyError, type RequestLineage } from '../concurrency/errors.js';
 import type { ConcurrencyEventListener } from '../concurrency/events.js';
 import type { ConcurrencyLimiter } from '../concurrency/limiter.js';
+import { withLineage } from '../concurrency/slot.js';
 import { resolveCredentials, resolveModel, type Credential, type ModelSpec } from '../models/model.js';
-import { RunTimeoutError } from './errors.js';
-import { createProviderRequest, type RetryOptions } from './provider-request.js';
-import { runScope, type RunScope } from './scope.js';
-import { Semaphore } from './semaphore.js';
+import { compactMessages } from './compaction.js';
+import {
+  duration,
+  resolveRuntimeOptions,
+  type CompactionOptions,
+  type ResolvedRuntimeOptions,
+  type RetryOptions,
+  type RunBounds,
+} from './options.js';
+import { answerCorrection, checkAnswer, RepairCounter, toolCallProblem } from './repairs.js';
+import { RunRequests, textOf } from './run-requests.js';
+import { openScope, runFields, runScope, type RunScope } from './scope.js';
+import { toAgentTools } from './tool-calls.js';
 import type { JsonSchema, Tool } from './tool.js';
-import { compactMessages, type CompactionOptions } from './compaction.js';
-
-/** Bounds on what one run may do. */
-export interface RunBounds {
-  /** Most tool calls running at once in a run. @default 10 */
-  maxParallelToolCalls?: number;
-  /** Longest one tool call may run; it then fails with an error result. No default. */
-  toolTimeoutMs?: number;
-  /** Longest one provider request may take once sent. No default. */
-  turnTimeoutMs?: number;
-}
 
 export interface AgentOptions<W extends string> {
   model: ModelSpec;
@@ -35,8 +29,13 @@ export interface AgentOptions<W extends string> {
   tools?: readonly Tool<never>[] | readonly Tool<Record<string, unknown>>[];
   /** One API key, or several tried in order. Default: the provider's usual environment variable. */
   credentials?: Credential | Credential[];
-  /** The limiter every provider request of this agent takes a slot from, and its workload. */
+  /**
+   * The limiter every provider request of this agent takes a slot from, and its workload.
+   * Without one, the agent's runs take no slots, except inside another agent's run, where
+   * they use their parent's limiter.
+   */
   concurrency?: { limiter: ConcurrencyLimiter<W>; workload?: NoInfer<W> };
+  /** Hears the concurrency events of every run of this agent (and of their child runs). */
   events?: { onConcurrency?: ConcurrencyEventListener };
   bounds?: RunBounds;
   retry?: RetryOptions;
@@ -46,8 +45,17 @@ export interface AgentOptions<W extends string> {
    * with its own slot. @default 2
    */
   maxRepairs?: number;
-  /** Summarise older messages when the conversation grows too large (or the provider says so). */
+  /**
+   * Summarise older messages when the conversation grows too large (or the provider says so).
+   * @default no summary before the provider reports an overflow
+   */
   compaction?: CompactionOptions;
+  /**
+   * Time source of the agent's runs: their budgets, turn and tool timeouts, retry waits and
+   * the slot events' times. Tests pass a `ManualClock` (from `sluice/concurrency`), usually
+   * the one their limiter has. @default the system clock
+   */
+  clock?: Clock;
 }
 
 export interface RunOptions<W extends string> {
@@ -81,43 +89,17 @@ export interface RunResult<T = unknown> {
   data: T;
 }
 
-const defaults = Object.freeze({
-  maxParallelToolCalls: 10,
-  maxRetries: 3,
-  baseDelayMs: 500,
-  maxDelayMs: 30_000,
-  maxRepairs: 2,
-});
-
-/** The model kept answering in a form the run cannot use, past `maxRepairs` corrective turns. */
-export class RepairLimitError extends Error {
-  override readonly name = 'RepairLimitError';
-  constructor(
-    readonly runId: string,
-    readonly repairs: number,
-    readonly lastProblem: string,
-  ) {
-    super(`Run ${runId} gave up after ${repairs} corrective turns: ${lastProblem}`);
+function usageOf(messages: readonly AgentMessage[], requests: number): RunUsage {
+  const usage: RunUsage = { input: 0, output: 0, totalTokens: 0, cost: 0, requests };
+  for (const m of messages) {
+    if ((m as Message).role !== 'assistant') continue;
+    const u = (m as AssistantMessage).usage;
+    usage.input += u.input;
+    usage.output += u.output;
+    usage.totalTokens += u.totalTokens;
+    usage.cost += u.cost.total;
   }
-}
-
-function textOf(message: AssistantMessage | undefined): string {
-  if (!message) return '';
-  return message.content
-    .filter((c): c is TextContent => c.type === 'text')
-    .map((c) => c.text)
-    .join('');
-}
-
-/** Models often wrap JSON in a Markdown fence; take what is inside. */
-function stripFence(text: string): string {
-  const match = /^\s*```(?:json)?\s*\n([\s\S]*?)\n?```\s*$/.exec(text);
-  return match ? match[1]! : text;
-}
-
-function toolResultContent(value: unknown): TextContent[] {
-  const text = typeof value === 'string' ? value : (JSON.stringify(value) ?? 'null');
-  return [{ type: 'text', text }];
+  return usage;
 }
 
 /**
@@ -125,31 +107,17 @@ function toolResultContent(value: unknown): TextContent[] {
  * its limiter (or, when it runs inside another agent's tool, from its parent's). `W` is the
  * union of its limiter's workload names; an agent without a limiter is `Agent<never>`.
  */
-export { RunTimeoutError };
-
 export class Agent<W extends string = never> {
   readonly #options: AgentOptions<W>;
   readonly #model: ReturnType<typeof resolveModel>;
   readonly #credentials: Credential[];
-  readonly #bounds: Required<Pick<RunBounds, 'maxParallelToolCalls'>> & RunBounds;
+  readonly #runtime: ResolvedRuntimeOptions;
 
   constructor(options: AgentOptions<W>) {
     this.#options = options;
     this.#model = resolveModel(options.model);
     this.#credentials = resolveCredentials(this.#model, options.credentials);
-    const max = options.bounds?.maxParallelToolCalls ?? defaults.maxParallelToolCalls;
-    if (!Number.isSafeInteger(max) || max < 1) {
-      throw new TypeError(
-        `Expected \`bounds.maxParallelToolCalls\` to be a whole number >= 1, got \`${max}\``,
-      );
-    }
-    for (const key of ['toolTimeoutMs', 'turnTimeoutMs'] as const) {
-      const v = options.bounds?.[key];
-      if (v !== undefined && (typeof v !== 'number' || !(v > 0))) {
-        throw new TypeError(`Expected \`bounds.${key}\` to be a number > 0, got \`${String(v)}\``);
-      }
-    }
-    this.#bounds = { ...options.bounds, maxParallelToolCalls: max };
+    this.#runtime = resolveRuntimeOptions(options);
     const limiter = options.concurrency?.limiter;
     if (limiter?.validateWorkload) {
       // A limiter with several workloads and no default: the agent must pick one.
@@ -207,8 +175,33 @@ export class Agent<W extends string = never> {
 
   async #start(options: RunOptions<W>, onText: ((delta: string) => void) | undefined): Promise<RunResult> {
     if (typeof options?.prompt !== 'string') throw new TypeError('Expected `prompt` to be a string');
+    const timeoutMs =
+      options.timeoutMs === undefined ? undefined : duration('timeoutMs', options.timeoutMs, { zero: true });
     const parent = runScope.getStore();
     const runId = randomUUID();
+    const lineage = { runId, rootRunId: parent?.rootRunId ?? runId, parentRunId: parent?.runId };
+    const { limiter, workload } = this.#concurrencyOf(options, parent, lineage);
+    const { scope, close } = openScope({
+      runId,
+      parent,
+      limiter,
+      workload,
+      clock: this.#runtime.clock,
+      timeoutMs,
+      signal: options.signal,
+      listeners: [this.#options.events?.onConcurrency, options.events?.onConcurrency].filter(
+        (l): l is ConcurrencyEventListener => l !== undefined,
+      ),
+    });
+    try {
+      return await runScope.run(scope, () => this.#run(scope, options, onText));
+    } finally {
+      close();
+    }
+  }
+
+  /** The run's limiter and workload, checked before anything is sent. */
+  #concurrencyOf(options: RunOptions<W>, parent: RunScope | undefined, lineage: RequestLineage) {
     const own = this.#options.concurrency?.limiter as ConcurrencyLimiter<string> | undefined;
     const limiter = own ?? parent?.limiter;
     // A child on its parent's limiter keeps its parent's workload unless the run picks one:
@@ -222,7 +215,7 @@ export class Agent<W extends string = never> {
       throw new ConcurrencyConfigError('This agent has no limiter, so a run cannot pick a workload', {
         limiter: 'none',
         workload: options.concurrency.workload,
-        runId,
+        ...lineage,
         field: 'concurrency.workload',
       });
     }
@@ -230,53 +223,10 @@ export class Agent<W extends string = never> {
       try {
         workload = limiter.validateWorkload(workload);
       } catch (error) {
-        if (error instanceof ConcurrencyConfigError)
-          Object.assign(error, { runId, rootRunId: parent?.rootRunId ?? runId, parentRunId: parent?.runId });
-        throw error;
+        throw error instanceof ConcurrencyError ? withLineage(error, lineage) : error;
       }
     }
-
-    const startedAt = Date.now();
-    let deadline = options.timeoutMs === undefined ? undefined : startedAt + options.timeoutMs;
-    if (parent?.deadline !== undefined) deadline = Math.min(deadline ?? Infinity, parent.deadline);
-    const controller = new AbortController();
-    const cleanups: (() => void)[] = [];
-    const link = (signal: AbortSignal | undefined) => {
-      if (!signal) return;
-      if (signal.aborted) return controller.abort(signal.reason);
-      const onAbort = () => controller.abort(signal.reason);
-      signal.addEventListener('abort', onAbort, { once: true });
-      cleanups.push(() => signal.removeEventListener('abort', onAbort));
-    };
-    link(options.signal);
-    link(parent?.signal);
-    if (deadline !== undefined) {
-      const timer = setTimeout(
-        () => controller.abort(new RunTimeoutError(runId, deadline! - startedAt)),
-        Math.max(0, deadline - startedAt),
-      );
-      cleanups.push(() => clearTimeout(timer));
-    }
-
-    const scope: RunScope = {
-      runId,
-      rootRunId: parent?.rootRunId ?? runId,
-      parentRunId: parent?.runId,
-      limiter,
-      workload,
-      signal: controller.signal,
-      deadline,
-      listeners: [
-        ...(parent?.listeners ?? []),
-        ...(this.#options.events?.onConcurrency ? [this.#options.events.onConcurrency] : []),
-        ...(options.events?.onConcurrency ? [options.events.onConcurrency] : []),
-      ],
-    };
-    try {
-      return await runScope.run(scope, () => this.#run(scope, options, onText));
-    } finally {
-      for (const cleanup of cleanups) cleanup();
-    }
+    return { limiter, workload };
   }
 
   async #run(
@@ -284,112 +234,34 @@ export class Agent<W extends string = never> {
     options: RunOptions<W>,
     onText: ((delta: string) => void) | undefined,
   ): Promise<RunResult> {
-    const prompt = options.prompt;
-    let failure: Error | undefined;
-    let requests = 0;
-    const semaphore = new Semaphore(this.#bounds.maxParallelToolCalls);
-    const tools: AgentTool[] = (this.#options.tools ?? []).map((t) => ({
-      name: t.name,
-      label: t.name,
-      description: t.description,
-      parameters: t.jsonSchema as AgentTool['parameters'],
-      execute: (toolCallId, params, signal) =>
-        semaphore.run(async () => {
-          const signals = [signal ?? scope.signal];
-          if (this.#bounds.toolTimeoutMs !== undefined)
-            signals.push(AbortSignal.timeout(this.#bounds.toolTimeoutMs));
-          const toolSignal = AbortSignal.any(signals);
-          // The tool's own promise races its bounds: a tool that ignores its signal still
-          // cannot hold the run past its timeout.
-          const result = await new Promise<unknown>((resolve, reject) => {
-            const onAbort = () =>
-              reject(
-                scope.signal.aborted
-                  ? scope.signal.reason
-                  : new Error(`Tool ${t.name} passed toolTimeoutMs (${this.#bounds.toolTimeoutMs} ms)`),
-              );
-            if (toolSignal.aborted) return onAbort();
-            toolSignal.addEventListener('abort', onAbort, { once: true });
-            Promise.resolve()
-              .then(() =>
-                (t.execute as (a: unknown, c: unknown) => unknown)(params, {
-                  signal: toolSignal,
-                  runId: scope.runId,
-                  toolCallId,
-                }),
-              )
-              .then(resolve, reject)
-              .finally(() => toolSignal.removeEventListener('abort', onAbort));
-          });
-          return { content: toolResultContent(result), details: undefined };
-        }),
-    }));
-
-    const streamFn = createProviderRequest({
+    const { bounds, compaction, clock } = this.#runtime;
+    const tools = toAgentTools((this.#options.tools ?? []) as readonly Tool<never>[], scope, bounds);
+    const known = new Map(tools.map((t) => [t.name, t]));
+    const repairs = new RepairCounter(this.#runtime.maxRepairs, runFields(scope));
+    // Set when the provider reported an overflow: the run's own conversation is compacted
+    // before its next turn too, not only the request that overflowed.
+    let compactNext = false;
+    const summarize = (messages: readonly Message[]): Promise<Message[]> =>
+      compactMessages(messages, {
+        keepLast: compaction.keepLast,
+        now: () => clock.now(),
+        summarize: (context) => requests.text(this.#model, context),
+      });
+    const requests = new RunRequests({
       scope,
       credentials: this.#credentials,
-      retry: {
-        maxRetries: this.#options.retry?.maxRetries ?? defaults.maxRetries,
-        baseDelayMs: this.#options.retry?.baseDelayMs ?? defaults.baseDelayMs,
-        maxDelayMs: this.#options.retry?.maxDelayMs ?? defaults.maxDelayMs,
-      },
-      turnTimeoutMs: this.#bounds.turnTimeoutMs,
-      fail: (error) => (failure ??= error),
-      onRequest: () => requests++,
-      // The provider says the conversation is too long: summarise it for the retried request,
-      // and compact the run's own conversation before its next turn.
+      retry: this.#runtime.retry,
+      turnTimeoutMs: bounds.turnTimeoutMs,
       onOverflow: async (context) => {
         compactNext = true;
-        return { ...context, messages: (await summarize(context.messages as AgentMessage[])) as Message[] };
+        return { ...context, messages: await summarize(context.messages) };
       },
     });
 
-    const maxRepairs = this.#options.maxRepairs ?? defaults.maxRepairs;
-    let repairs = 0;
-    let repairFailure: RepairLimitError | undefined;
-    let data: unknown;
     let lastAssistant: AssistantMessage | undefined;
-    const known = new Map(tools.map((t) => [t.name, t]));
-    // What is wrong with a turn's tool calls, if anything: an unknown tool or arguments that
-    // fail its schema. The loop answers each with an error result, which is the correction.
-    const toolCallProblem = (message: AssistantMessage): string | undefined => {
-      for (const call of message.content.filter((c): c is ToolCall => c.type === 'toolCall')) {
-        const t = known.get(call.name);
-        if (!t) return `unknown tool \`${call.name}\``;
-        try {
-          validateToolArguments(t, call);
-        } catch (error) {
-          return `arguments of \`${call.name}\` do not match its schema: ${(error as Error).message}`;
-        }
-      }
-      return undefined;
-    };
-    const countRepair = (problem: string): boolean => {
-      if (repairs >= maxRepairs) {
-        repairFailure ??= new RepairLimitError(scope.runId, repairs, problem);
-        return false;
-      }
-      repairs++;
-      return true;
-    };
-
-    const compaction = this.#options.compaction;
-    let compactNext = false;
-    const summarize = async (messages: AgentMessage[]) =>
-      compactMessages(messages as Message[], {
-        keepLast: compaction?.keepLast,
-        summarize: async (summaryContext) => {
-          const message = await streamFn(this.#model, summaryContext, {}).result();
-          if (message.stopReason === 'error' || message.stopReason === 'aborted') {
-            throw failure ?? new Error(message.errorMessage ?? 'the summary request failed');
-          }
-          return textOf(message);
-        },
-      });
-
-    const prompts: AgentMessage[] = [{ role: 'user', content: prompt, timestamp: Date.now() }];
+    let data: unknown;
     const messages = await runAgentLoop(
-      prompts,
+      [{ role: 'user', content: options.prompt, timestamp: clock.now() }],
       { systemPrompt: this.#options.instructions ?? '', messages: [], tools },
       {
         model: this.#model,
@@ -397,48 +269,32 @@ export class Agent<W extends string = never> {
         toolExecution: 'parallel',
         transformContext: async (current) => {
           const tooLarge =
-            compaction?.maxChars !== undefined && JSON.stringify(current).length > compaction.maxChars;
+            compaction.maxChars !== undefined && JSON.stringify(current).length > compaction.maxChars;
           if (!tooLarge && !compactNext) return current;
           compactNext = false;
-          try {
-            return (await summarize(current)) as AgentMessage[];
-          } catch (error) {
-            failure ??= error as Error;
-            return current;
-          }
+          // A summary that fails rejects the loop, so the run ends with its failure before
+          // another request is sent.
+          return (await summarize(current as Message[])) as AgentMessage[];
         },
         shouldStopAfterTurn: ({ message }) => {
-          if (failure) return true;
+          if (requests.failure) return true;
           const problem =
-            (message as AssistantMessage).role === 'assistant'
-              ? toolCallProblem(message as AssistantMessage)
+            (message as Message).role === 'assistant'
+              ? toolCallProblem(message as AssistantMessage, known)
               : undefined;
-          return problem !== undefined && !countRepair(problem);
+          return problem !== undefined && !repairs.take(problem);
         },
         getFollowUpMessages: async () => {
           // The final answer: with a schema, it must be JSON that matches it.
-          if (!options.schema || failure || !lastAssistant || lastAssistant.stopReason !== 'stop') return [];
-          const text = textOf(lastAssistant);
-          let problem: string;
-          try {
-            data = validateToolArguments(
-              { name: 'answer', description: 'the final answer', parameters: options.schema as never },
-              { type: 'toolCall', id: 'answer', name: 'answer', arguments: JSON.parse(stripFence(text)) },
-            );
-            return [];
-          } catch (error) {
-            problem =
-              error instanceof SyntaxError
-                ? `the answer is not JSON (${error.message})`
-                : (error as Error).message;
-          }
-          data = undefined;
-          if (!countRepair(`final answer: ${problem}`)) return [];
+          if (!options.schema || requests.failure || lastAssistant?.stopReason !== 'stop') return [];
+          const check = checkAnswer(textOf(lastAssistant), options.schema);
+          data = check.ok ? check.data : undefined;
+          if (check.ok || !repairs.take(`final answer: ${check.problem}`)) return [];
           return [
             {
               role: 'user',
-              content: `Your answer cannot be used: ${problem}. Reply with only a JSON value that matches this JSON Schema: ${JSON.stringify(options.schema)}`,
-              timestamp: Date.now(),
+              content: answerCorrection(check.problem, options.schema),
+              timestamp: clock.now(),
             },
           ];
         },
@@ -452,25 +308,15 @@ export class Agent<W extends string = never> {
         }
       },
       scope.signal,
-      streamFn,
+      requests.stream,
     );
-    if (repairFailure && !failure) failure = repairFailure;
+    // Every failed turn's outcome carries its failure, so a turn that ended in error needs no
+    // second look; a cancelled turn leaves the run's signal aborted.
+    const failure = requests.failure ?? repairs.exhausted;
     if (failure) throw failure;
     if (scope.signal.aborted) throw scope.signal.reason;
-    const assistants = messages.filter((m): m is AssistantMessage => (m as Message).role === 'assistant');
-    const last = assistants.at(-1);
-    if (last?.stopReason === 'error') throw new Error(last.errorMessage ?? 'the run failed');
-    const usage = assistants.reduce(
-      (sum, m) => ({
-        input: sum.input + m.usage.input,
-        output: sum.output + m.usage.output,
-        totalTokens: sum.totalTokens + m.usage.totalTokens,
-        cost: sum.cost + m.usage.cost.total,
-        requests: sum.requests,
-      }),
-      { input: 0, output: 0, totalTokens: 0, cost: 0, requests },
-    );
-    return { text: textOf(last), messages, usage, runId: scope.runId, data };
+    const text = textOf(messages.findLast((m): m is AssistantMessage => (m as Message).role === 'assistant'));
+    return { text, messages, usage: usageOf(messages, requests.sent), runId: scope.runId, data };
   }
 }
 

@@ -1,15 +1,5 @@
 import type { Context, Message } from '@mariozechner/pi-ai';
 
-export interface CompactionOptions {
-  /**
-   * Summarise when the conversation's JSON passes this many characters. Without it, only a
-   * context-overflow error from the provider triggers a summary.
-   */
-  maxChars?: number;
-  /** Recent messages kept word for word. @default 6 */
-  keepLast?: number;
-}
-
 const summaryInstructions =
   'You compress conversations. Summarise the conversation below so that it can be continued ' +
   'from the summary alone: keep facts, figures, decisions, tool results that matter, and open questions. ' +
@@ -39,18 +29,18 @@ function render(message: Message): string {
  */
 export async function compactMessages(
   messages: readonly Message[],
-  options: { keepLast?: number; summarize: (context: Context) => Promise<string> },
+  options: { keepLast: number; now: () => number; summarize: (context: Context) => Promise<string> },
 ): Promise<Message[]> {
-  let cut = Math.max(0, messages.length - (options.keepLast ?? 6));
+  let cut = Math.max(0, messages.length - options.keepLast);
   while (cut > 0 && messages[cut]?.role === 'toolResult') cut--;
   if (cut === 0) return [...messages];
   const older = messages.slice(0, cut);
   const summary = await options.summarize({
     systemPrompt: summaryInstructions,
-    messages: [{ role: 'user', content: older.map(render).join('\n'), timestamp: Date.now() }],
+    messages: [{ role: 'user', content: older.map(render).join('\n'), timestamp: options.now() }],
   });
   return [
-    { role: 'user', content: `Summary of the conversation so far:\n${summary}`, timestamp: Date.now() },
+    { role: 'user', content: `Summary of the conversation so far:\n${summary}`, timestamp: options.now() },
     ...messages.slice(cut),
   ];
 }

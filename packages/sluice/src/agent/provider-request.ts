@@ -1,51 +1,58 @@
 import { randomUUID } from 'node:crypto';
 import {
-  createAssistantMessageEventStream,
   isContextOverflow,
   streamSimple,
   type Api,
   type AssistantMessage,
-  type AssistantMessageEventStream,
+  type AssistantMessageEvent,
   type Context,
   type Model,
   type SimpleStreamOptions,
 } from '@mariozechner/pi-ai';
-import { ConcurrencyTimeoutError, TurnError } from '../concurrency/errors.js';
-import { RunTimeoutError } from './errors.js';
+import { ConcurrencyError, TurnError } from '../concurrency/errors.js';
 import type { ConcurrencyEvent } from '../concurrency/events.js';
 import { acquireSlot, type HeldSlot } from '../concurrency/slot.js';
 import type { Credential } from '../models/model.js';
 import { observeResponses } from '../models/response-observer.js';
-import type { RunScope } from './scope.js';
-
-/** Our own retries of transient provider failures. Each retry is a new request with a new slot. */
-export interface RetryOptions {
-  /** @default 3 */
-  maxRetries?: number;
-  /** First backoff; doubles each time, with full jitter. @default 500 */
-  baseDelayMs?: number;
-  /** @default 30000 */
-  maxDelayMs?: number;
-}
+import type { ResolvedRuntimeOptions } from './options.js';
+import { decideRetry, type FailedAttempt } from './retry.js';
+import { runFields, type RunScope } from './scope.js';
+import { LinkedAbort, sleep, timer } from './signals.js';
 
 export interface ProviderRequestOptions {
   readonly scope: RunScope;
   readonly credentials: readonly Credential[];
-  readonly retry: Required<RetryOptions>;
+  readonly retry: ResolvedRuntimeOptions['retry'];
   /** Longest one provider request may take once sent. */
   readonly turnTimeoutMs: number | undefined;
-  /** Where a failure that ends the run is recorded, for `run()` to throw. */
-  readonly fail: (error: Error) => void;
-  /** The provider says the context is too long: returns a smaller context to retry with. */
-  readonly onOverflow?: (context: Context) => Promise<Context>;
-  /** Called once per provider request actually sent (tests, metrics). */
-  readonly onRequest?: (info: { requestId: string; attempt: number; credential: number }) => void;
+  /** The provider says the context is too long: returns a smaller context to send instead. */
+  readonly onOverflow?: ((context: Context) => Promise<Context>) | undefined;
 }
 
-const transientPattern =
-  /ECONNRESET|ECONNREFUSED|EPIPE|socket hang up|terminated|Connection error|fetch failed|other side closed|overloaded/i;
+/**
+ * How a turn's provider request ended: the assistant message the agent loop gets, and, when
+ * the run must fail, why. Exactly one of three shapes:
+ * - answered: `message.stopReason` is `stop`, `length` or `toolUse`, no `failure`;
+ * - cancelled by the run's signal: `stopReason` is `aborted`, no `failure` (the run rejects
+ *   with its signal's reason);
+ * - failed: `stopReason` is `error`, `errorMessage` is `failure.message`.
+ */
+export interface ProviderOutcome {
+  readonly message: AssistantMessage;
+  readonly failure?: Error | undefined;
+  /** Requests actually sent: retries, credential moves and resends after compaction count. */
+  readonly sent: number;
+}
 
-function errorMessageOf(model: Model<Api>, text: string, stopReason: 'error' | 'aborted'): AssistantMessage {
+/** One attempt's end: the final message and what the wire said about it. */
+interface Attempt {
+  readonly final: AssistantMessage;
+  readonly status: number | undefined;
+  readonly headers: FailedAttempt['headers'];
+  readonly turnTimedOut: boolean;
+}
+
+function emptyMessage(model: Model<Api>, timestamp: number): AssistantMessage {
   return {
     role: 'assistant',
     content: [],
@@ -60,42 +67,161 @@ function errorMessageOf(model: Model<Api>, text: string, stopReason: 'error' | '
       totalTokens: 0,
       cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 },
     },
-    stopReason,
-    errorMessage: text,
-    timestamp: Date.now(),
+    stopReason: 'stop',
+    timestamp,
   };
 }
 
-function retryAfterMs(value: string | undefined): number | undefined {
-  if (!value) return undefined;
-  const seconds = Number(value);
-  if (Number.isFinite(seconds)) return Math.max(0, seconds * 1000);
-  const date = Date.parse(value);
-  return Number.isNaN(date) ? undefined : Math.max(0, date - Date.now());
-}
-
-const sleep = (ms: number, signal: AbortSignal) =>
-  new Promise<void>((resolve, reject) => {
-    if (signal.aborted) return reject(signal.reason);
-    const timer = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    };
-    signal.addEventListener('abort', onAbort, { once: true });
+/**
+ * Sends one turn's provider request. Every attempt (the first request, each retry, each
+ * credential move, the resend after compaction) takes its own slot before it is sent and gives
+ * it back when its response has finished, failed or been cancelled, so before the loop can run
+ * a tool; no slot is held during a retry's wait. Never rejects: every end is an outcome.
+ *
+ * `onEvent` gets the response's stream events as they come (text deltas, tool calls), except
+ * the end, which is the outcome.
+ */
+export async function sendProviderRequest(
+  options: ProviderRequestOptions,
+  model: Model<Api>,
+  context: Context,
+  streamOptions: SimpleStreamOptions | undefined,
+  onEvent: (event: AssistantMessageEvent) => void = () => undefined,
+): Promise<ProviderOutcome> {
+  const { scope } = options;
+  const { clock } = scope;
+  let sent = 0;
+  const failed = (failure: Error, base?: AssistantMessage): ProviderOutcome => ({
+    message: {
+      ...(base ?? emptyMessage(model, clock.now())),
+      stopReason: 'error',
+      errorMessage: failure.message,
+    },
+    failure,
+    sent,
+  });
+  const cancelled = (base?: AssistantMessage): ProviderOutcome => ({
+    message: {
+      ...(base ?? emptyMessage(model, clock.now())),
+      stopReason: 'aborted',
+      errorMessage: String(scope.signal.reason),
+    },
+    sent,
   });
 
-/**
- * The stream function pi-agent-core calls once per assistant turn. Every attempt (the first
- * request, each retry, each credential fallback) takes its own slot before it is sent and
- * gives it back when its response has finished, failed or been cancelled, before the loop
- * can run a tool. The slot is never held during a retry's backoff.
- */
-export function createProviderRequest(options: ProviderRequestOptions) {
-  const { scope, retry } = options;
+  // A retry starts a new response, but the loop already has the first one's start.
+  let started = false;
+  const forward = (event: AssistantMessageEvent) => {
+    if (event.type === 'start') {
+      if (started) return;
+      started = true;
+    }
+    onEvent(event);
+  };
+
+  try {
+    let credential = 0;
+    let retries = 0;
+    let compacted = false;
+    for (;;) {
+      if (scope.signal.aborted) return cancelled();
+      const requestId = randomUUID();
+      let slot: HeldSlot<string> | undefined;
+      try {
+        slot = await takeSlot(scope, requestId);
+      } catch (error) {
+        // The provider is never called after a concurrency failure. A budget that ran out
+        // during the wait is one too: acquireSlot reports it as a timeout.
+        if (error instanceof ConcurrencyError || !scope.signal.aborted) {
+          return failed(error instanceof Error ? error : new Error(String(error)));
+        }
+        return cancelled();
+      }
+      sent++;
+      const apiKey = options.credentials[credential]?.apiKey ?? streamOptions?.apiKey;
+      const attempt = await streamAttempt(
+        options,
+        model,
+        context,
+        { ...streamOptions, apiKey },
+        slot,
+        forward,
+      );
+      const { final } = attempt;
+      // The slot goes back before the loop sees the end of the response, so before any tool runs.
+      await slot?.release(
+        final.stopReason === 'error' ? 'failed' : final.stopReason === 'aborted' ? 'cancelled' : 'completed',
+      );
+
+      if (final.stopReason !== 'error' && final.stopReason !== 'aborted') return { message: final, sent };
+      if (slot?.signal.aborted) return failed(slot.signal.reason as Error, final);
+      if (scope.signal.aborted) return cancelled(final);
+      if (attempt.turnTimedOut) {
+        const error = new TurnError(
+          `Provider request took longer than turnTimeoutMs (${options.turnTimeoutMs} ms)`,
+          { ...runFields(scope, requestId), retryable: false },
+        );
+        return failed(error, final);
+      }
+
+      if (!compacted && options.onOverflow && isContextOverflow(final, model.contextWindow)) {
+        // Once per turn: summarise and send again, as a new request with a new slot.
+        compacted = true;
+        try {
+          context = await options.onOverflow(context);
+        } catch (error) {
+          return failed(error as Error, final);
+        }
+        continue;
+      }
+
+      const decision = decideRetry(
+        { text: final.errorMessage ?? 'provider error', status: attempt.status, headers: attempt.headers },
+        {
+          retries,
+          credential,
+          credentials: options.credentials.length,
+          now: clock.now(),
+          deadline: scope.deadline,
+          random: Math.random(),
+        },
+        options.retry,
+      );
+      switch (decision.kind) {
+        case 'next-credential':
+          credential++;
+          continue;
+        case 'fail':
+          return failed(
+            new TurnError(decision.message, {
+              ...runFields(scope, requestId),
+              status: decision.status,
+              retryable: decision.retryable,
+            }),
+            final,
+          );
+        case 'retry':
+          retries++;
+          if (decision.delayMs > 0) {
+            try {
+              await sleep(clock, decision.delayMs, scope.signal);
+            } catch {
+              return cancelled(final);
+            }
+          }
+          continue;
+        default:
+          return decision satisfies never;
+      }
+    }
+  } catch (error) {
+    return failed(error instanceof Error ? error : new Error(String(error)));
+  }
+}
+
+/** A slot for one attempt, within what is left of the run's budget; none without a limiter. */
+function takeSlot(scope: RunScope, requestId: string): Promise<HeldSlot<string> | undefined> {
+  if (!scope.limiter) return Promise.resolve(undefined);
   const emit = (event: ConcurrencyEvent) => {
     for (const listener of scope.listeners) {
       try {
@@ -105,209 +231,69 @@ export function createProviderRequest(options: ProviderRequestOptions) {
       }
     }
   };
-
-  return (
-    model: Model<Api>,
-    context: Context,
-    streamOptions?: SimpleStreamOptions,
-  ): AssistantMessageEventStream => {
-    const out = createAssistantMessageEventStream();
-    let started = false;
-    const finish = (message: AssistantMessage) => {
-      out.push(
-        message.stopReason === 'error' || message.stopReason === 'aborted'
-          ? { type: 'error', reason: message.stopReason, error: message }
-          : { type: 'done', reason: message.stopReason, message },
-      );
-      out.end(message);
-    };
-
-    void (async () => {
-      let credential = 0;
-      let compacted = false;
-      for (let attempt = 0; ; attempt++) {
-        if (scope.signal.aborted)
-          return finish(errorMessageOf(model, String(scope.signal.reason), 'aborted'));
-        const requestId = randomUUID();
-        let slot: HeldSlot<string> | undefined;
-        const waitStart = Date.now();
-        if (scope.limiter) {
-          try {
-            slot = await acquireSlot({
-              limiter: scope.limiter,
-              workload: scope.workload,
-              signal: scope.signal,
-              timeoutMs: scope.deadline === undefined ? undefined : scope.deadline - Date.now(),
-              runId: scope.runId,
-              rootRunId: scope.rootRunId,
-              parentRunId: scope.parentRunId,
-              requestId,
-              onEvent: emit,
-            });
-          } catch (error) {
-            // The provider is never called after a concurrency failure.
-            if (scope.signal.reason instanceof RunTimeoutError) {
-              // The budget ran out while waiting for a slot: that is a slot timeout.
-              const timeout = new ConcurrencyTimeoutError({
-                ...scopeFields(scope),
-                requestId,
-                waitMs: Date.now() - waitStart,
-                timeoutMs: scope.deadline === undefined ? 0 : Math.max(0, scope.deadline - waitStart),
-              });
-              options.fail(timeout);
-              return finish(errorMessageOf(model, timeout.message, 'error'));
-            }
-            if (scope.signal.aborted)
-              return finish(errorMessageOf(model, String(scope.signal.reason), 'aborted'));
-            options.fail(error as Error);
-            return finish(errorMessageOf(model, (error as Error).message, 'error'));
-          }
-        }
-        const signals = [scope.signal];
-        if (slot) signals.push(slot.signal);
-        if (options.turnTimeoutMs !== undefined) signals.push(AbortSignal.timeout(options.turnTimeoutMs));
-        const requestSignal = AbortSignal.any(signals);
-        let status: number | undefined;
-        let retryAfter: string | undefined;
-        options.onRequest?.({ requestId, attempt, credential });
-        // Status and retry-after of every response, error responses included.
-        const observe = (s: number, headers: Headers) => {
-          status = s;
-          const ms = headers.get('retry-after-ms');
-          retryAfter = ms !== null ? String(Number(ms) / 1000) : (headers.get('retry-after') ?? undefined);
-        };
-        const inner = observeResponses(observe, () =>
-          streamSimple(model, context, {
-            ...streamOptions,
-            apiKey: options.credentials[credential]?.apiKey ?? streamOptions?.apiKey,
-            signal: requestSignal,
-            // HTTP retries inside the SDK would hide provider failures from the slot
-            // accounting; ours below are new requests with new slots.
-            maxRetries: 0,
-          }),
-        );
-        let final: AssistantMessage | undefined;
-        for await (const event of inner) {
-          if (event.type === 'done') final = event.message;
-          else if (event.type === 'error') final = event.error;
-          else if (event.type === 'start') {
-            // A retry starts a new response; the loop already has the partial one.
-            if (!started) out.push(event);
-            started = true;
-          } else out.push(event);
-        }
-        final ??= await inner.result();
-        // The slot goes back before the loop sees the end of the response, so before any tool runs.
-        const outcome =
-          final.stopReason === 'error'
-            ? 'failed'
-            : final.stopReason === 'aborted'
-              ? 'cancelled'
-              : 'completed';
-        await slot?.release(outcome);
-
-        if (final.stopReason !== 'error' && final.stopReason !== 'aborted') return finish(final);
-        if (slot?.signal.aborted) {
-          options.fail(slot.signal.reason as Error);
-          return finish(errorMessageOf(model, (slot.signal.reason as Error).message, 'error'));
-        }
-        if (scope.signal.aborted) return finish({ ...final, stopReason: 'aborted' });
-        if (final.stopReason === 'aborted') {
-          // Only the turn timeout is left to have cut this request.
-          const error = new TurnError(
-            `Provider request took longer than turnTimeoutMs (${options.turnTimeoutMs} ms)`,
-            {
-              ...scopeFields(scope),
-              retryable: false,
-            },
-          );
-          options.fail(error);
-          return finish({ ...final, stopReason: 'error', errorMessage: error.message });
-        }
-
-        if (!compacted && options.onOverflow && isContextOverflow(final, model.contextWindow)) {
-          // Once per turn: summarise and send again, as a new request with a new slot.
-          compacted = true;
-          try {
-            context = await options.onOverflow(context);
-          } catch (error) {
-            options.fail(error as Error);
-            return finish({ ...final, errorMessage: (error as Error).message });
-          }
-          attempt--;
-          continue;
-        }
-        const text = final.errorMessage ?? 'provider error';
-        // The SDKs put the HTTP status first in their error messages ("429 Too many requests").
-        status ??= /^(\d{3})\b/.exec(text) ? Number(/^(\d{3})\b/.exec(text)![1]) : undefined;
-        // The headers of an error response do not reach us through pi-ai; providers often
-        // repeat the wait in the message ("Please try again in 2.5s", "retry after 3").
-        const hinted = /(?:try again in|retry[- ]after)[^0-9]*(\d+(?:\.\d+)?)\s*(ms|s)?/i.exec(text);
-        if (hinted && retryAfter === undefined) {
-          retryAfter = String(hinted[2] === 'ms' ? Number(hinted[1]) / 1000 : Number(hinted[1]));
-        }
-        const authFailure = status === 401 || status === 403;
-        const rateLimited = status === 429;
-        const transient =
-          rateLimited ||
-          status === 408 ||
-          status === 409 ||
-          (status !== undefined && status >= 500) ||
-          transientPattern.test(text);
-        // Credential fallback first: an authentication failure or a rate limit on this key.
-        if ((authFailure || rateLimited) && credential + 1 < options.credentials.length) {
-          credential++;
-          attempt--;
-          continue;
-        }
-        if (!transient || attempt >= retry.maxRetries) {
-          const error = new TurnError(
-            `Provider request failed${status ? ` with HTTP ${status}` : ''}: ${text}`,
-            {
-              ...scopeFields(scope),
-              requestId,
-              status,
-              retryable: transient,
-            },
-          );
-          options.fail(error);
-          return finish({ ...final, errorMessage: error.message });
-        }
-        const backoff = Math.random() * Math.min(retry.maxDelayMs, retry.baseDelayMs * 2 ** attempt);
-        const delay = retryAfterMs(retryAfter) ?? backoff;
-        if (scope.deadline !== undefined && Date.now() + delay >= scope.deadline) {
-          const error = new TurnError(
-            `Provider request failed and the run's budget ends before a retry: ${text}`,
-            {
-              ...scopeFields(scope),
-              requestId,
-              status,
-              retryable: true,
-            },
-          );
-          options.fail(error);
-          return finish({ ...final, errorMessage: error.message });
-        }
-        try {
-          await sleep(delay, scope.signal);
-        } catch {
-          return finish({ ...final, stopReason: 'aborted' });
-        }
-      }
-    })().catch((error: unknown) => {
-      options.fail(error instanceof Error ? error : new Error(String(error)));
-      finish(errorMessageOf(model, String(error), 'error'));
-    });
-    return out;
-  };
-}
-
-function scopeFields(scope: RunScope) {
-  return {
-    limiter: scope.limiter?.name ?? 'none',
+  return acquireSlot({
+    limiter: scope.limiter,
     workload: scope.workload,
+    // Cancellation only: the budget goes in as `timeoutMs`, and acquireSlot alone decides
+    // that a wait has timed out. Were the run's own deadline abort passed here too, its timer
+    // and the limiter's would race to say `wait-cancelled` or `timed-out`.
+    signal: scope.cancelSignal,
+    timeoutMs: scope.deadline === undefined ? undefined : scope.deadline - scope.clock.now(),
+    clock: scope.clock,
     runId: scope.runId,
     rootRunId: scope.rootRunId,
     parentRunId: scope.parentRunId,
+    requestId,
+    onEvent: emit,
+  });
+}
+
+/** Sends one attempt and streams it on; ends when its response does. */
+async function streamAttempt(
+  options: ProviderRequestOptions,
+  model: Model<Api>,
+  context: Context,
+  streamOptions: SimpleStreamOptions,
+  slot: HeldSlot<string> | undefined,
+  forward: (event: AssistantMessageEvent) => void,
+): Promise<Attempt> {
+  const { scope } = options;
+  const request = new LinkedAbort([scope.signal, slot?.signal]);
+  let turnTimedOut = false;
+  const turnTimer = timer(scope.clock, options.turnTimeoutMs, () => {
+    turnTimedOut = true;
+    request.abort(new Error(`turnTimeoutMs (${options.turnTimeoutMs} ms) passed`));
+  });
+  let status: number | undefined;
+  let headers: FailedAttempt['headers'];
+  // Status and wait headers of every response, error responses included.
+  const observe = (s: number, h: Headers) => {
+    status = s;
+    headers = {
+      retryAfterMs: h.get('retry-after-ms') ?? undefined,
+      retryAfter: h.get('retry-after') ?? undefined,
+    };
   };
+  try {
+    const inner = observeResponses(observe, () =>
+      streamSimple(model, context, {
+        ...streamOptions,
+        signal: request.signal,
+        // HTTP retries inside the SDK would hide provider failures from the slot accounting;
+        // ours are new requests with new slots.
+        maxRetries: 0,
+      }),
+    );
+    let final: AssistantMessage | undefined;
+    for await (const event of inner) {
+      if (event.type === 'done') final = event.message;
+      else if (event.type === 'error') final = event.error;
+      else forward(event);
+    }
+    final ??= await inner.result();
+    return { final, status, headers, turnTimedOut };
+  } finally {
+    turnTimer.clear();
+    request.dispose();
+  }
 }

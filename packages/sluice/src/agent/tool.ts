@@ -1,3 +1,5 @@
+import { createRequire } from 'node:module';
+
 /** What a tool's `execute` gets besides its arguments. */
 export interface ToolContext {
   /** The run's cancellation, and the tool's own timeout. */
@@ -5,8 +7,6 @@ export interface ToolContext {
   readonly runId: string;
   readonly toolCallId: string;
 }
-
-import { createRequire } from 'node:module';
 
 /** A JSON Schema object (a TypeBox schema is one too). */
 export type JsonSchema = Record<string, unknown>;

@@ -18,7 +18,11 @@ export interface SlotRequest<W extends string = string> extends RequestLineage {
   readonly workload?: W | undefined;
   /** Cancels the wait, or, once held, marks the slot's request as cancelled. */
   readonly signal?: AbortSignal | undefined;
-  /** What is left of the run's time budget. */
+  /**
+   * What is left of the run's time budget. A wait it ends is a timeout (`timed-out` and
+   * `ConcurrencyTimeoutError`), decided here on `clock`, whether or not the limiter's own timer
+   * gets there first. Pass a `signal` that only cancels; the budget goes here.
+   */
   readonly timeoutMs?: number | undefined;
   readonly onEvent?: ConcurrencyEventListener | undefined;
   readonly clock?: Clock | undefined;
@@ -45,6 +49,10 @@ type SlotState = 'held' | 'lost' | 'released';
  * renews the lease while the request runs (every third of its TTL), aborts `slot.signal`
  * when the lease is lost, and turns every failure into the spec's error classes. A slot
  * granted at the moment of cancellation is handed straight back.
+ *
+ * This is the one place that decides a wait timed out: a budget (`timeoutMs`) that ends
+ * during the wait always gives `timed-out` and `ConcurrencyTimeoutError`, never
+ * `wait-cancelled`, whichever of the limiter's timer and this function's fires first.
  *
  * @example
  * const slot = await acquireSlot({ limiter, workload: 'interactive', signal, timeoutMs });
@@ -103,20 +111,35 @@ export async function acquireSlot<W extends string>(request: SlotRequest<W>): Pr
     type: 'wait-started',
     deadline: request.timeoutMs === undefined ? undefined : startedAt + request.timeoutMs,
   });
+  const budgetEnded = (): ConcurrencyTimeoutError => {
+    const waitMs = clock.now() - startedAt;
+    emit({ type: 'timed-out', waitMs });
+    return new ConcurrencyTimeoutError({
+      limiter: limiter.name,
+      workload,
+      ...lineage,
+      waitMs,
+      timeoutMs: request.timeoutMs ?? 0,
+    });
+  };
 
+  const wait = new BudgetedWait(signal, request.timeoutMs, clock);
   let lease: ConcurrencyLease<W>;
   try {
     lease = await limiter.acquire({
       workload: request.workload,
-      signal,
+      signal: wait.signal,
       timeoutMs: request.timeoutMs,
       ...lineage,
     });
   } catch (error) {
     const waitMs = clock.now() - startedAt;
-    if (signal?.aborted && !(error instanceof ConcurrencyError)) {
-      emit({ type: 'wait-cancelled', waitMs });
-      throw signal.reason;
+    if (!(error instanceof ConcurrencyError)) {
+      if (wait.budgetEnded) throw budgetEnded();
+      if (signal?.aborted) {
+        emit({ type: 'wait-cancelled', waitMs });
+        throw signal.reason;
+      }
     }
     const failure = toConcurrencyError(error, limiter.name, workload, lineage);
     if (failure instanceof ConcurrencyTimeoutError) emit({ type: 'timed-out', waitMs });
@@ -124,16 +147,20 @@ export async function acquireSlot<W extends string>(request: SlotRequest<W>): Pr
     else if (failure instanceof ConcurrencyConfigError) emit({ type: 'config-error', error: failure });
     else emit({ type: 'limiter-error', waitMs, error: failure });
     throw failure;
+  } finally {
+    wait.dispose();
   }
   workload = lease.workload;
 
-  // Granted at the same moment as the cancellation: the slot goes straight back.
-  if (signal?.aborted) {
-    emit({ type: 'wait-cancelled', waitMs: clock.now() - startedAt });
+  // Granted at the same moment as the budget ended or the wait was cancelled: the slot goes
+  // straight back.
+  if (wait.budgetEnded || signal?.aborted) {
+    const failure = wait.budgetEnded ? budgetEnded() : undefined;
+    if (!failure) emit({ type: 'wait-cancelled', waitMs: clock.now() - startedAt });
     await limiter.release(lease).catch((error: unknown) => {
       emit({ type: 'release-failed', leaseId: lease.id, error: asError(error) });
     });
-    throw signal.reason;
+    throw failure ?? signal!.reason;
   }
 
   const acquiredAt = clock.now();
@@ -244,6 +271,69 @@ function asError(error: unknown): Error {
   return error instanceof Error ? error : new Error(String(error));
 }
 
+/**
+ * The limiter's wait for one request: cancelled by the caller's signal, or ended by the
+ * budget on this side's clock. Which of the two came first is recorded, so a budget that ends
+ * is told apart from a cancellation without comparing times.
+ */
+class BudgetedWait {
+  readonly #controller: AbortController | undefined;
+  readonly #source: AbortSignal | undefined;
+  readonly #clock: Clock;
+  #timer: ClockTimer | undefined;
+  #budgetEnded = false;
+
+  constructor(source: AbortSignal | undefined, timeoutMs: number | undefined, clock: Clock) {
+    this.#source = source;
+    this.#clock = clock;
+    // Without a budget the limiter gets the caller's signal as it is.
+    if (timeoutMs === undefined) return;
+    this.#controller = new AbortController();
+    if (source?.aborted) this.#controller.abort(source.reason);
+    else source?.addEventListener('abort', this.#onCancel, { once: true });
+    this.#timer = clock.setTimeout(() => {
+      this.#timer = undefined;
+      if (this.#controller!.signal.aborted) return;
+      this.#budgetEnded = true;
+      this.#controller!.abort(new Error(`the wait's budget of ${timeoutMs} ms ran out`));
+    }, timeoutMs);
+  }
+
+  readonly #onCancel = (): void => this.#controller!.abort(this.#source!.reason);
+
+  /** What the limiter listens to. */
+  get signal(): AbortSignal | undefined {
+    return this.#controller?.signal ?? this.#source;
+  }
+
+  /** The budget ran out before any cancellation. */
+  get budgetEnded(): boolean {
+    return this.#budgetEnded;
+  }
+
+  dispose(): void {
+    if (this.#timer !== undefined) this.#clock.clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#source?.removeEventListener('abort', this.#onCancel);
+  }
+}
+
+/**
+ * `error` with the request's lineage filled in where it has none, as a copy of the same class:
+ * an error a limiter threw (and may still hold) is never changed behind its back.
+ */
+export function withLineage<E extends ConcurrencyError>(error: E, lineage: RequestLineage): E {
+  const missing = Object.entries(lineage).filter(
+    ([key, value]) => value !== undefined && (error as unknown as Record<string, unknown>)[key] === undefined,
+  );
+  if (missing.length === 0) return error;
+  const copy = Object.create(Object.getPrototypeOf(error), Object.getOwnPropertyDescriptors(error)) as E;
+  for (const [key, value] of missing) {
+    Object.defineProperty(copy, key, { value, writable: true, enumerable: true, configurable: true });
+  }
+  return copy;
+}
+
 /** Keeps the spec's error classes as they are (adding lineage); wraps anything else as a limiter failure. */
 function toConcurrencyError(
   error: unknown,
@@ -251,14 +341,7 @@ function toConcurrencyError(
   workload: string,
   lineage: RequestLineage,
 ): ConcurrencyError {
-  if (error instanceof ConcurrencyError) {
-    for (const [key, value] of Object.entries(lineage)) {
-      if (value !== undefined && (error as unknown as Record<string, unknown>)[key] === undefined) {
-        (error as unknown as Record<string, unknown>)[key] = value;
-      }
-    }
-    return error;
-  }
+  if (error instanceof ConcurrencyError) return withLineage(error, lineage);
   const message = error instanceof Error ? error.message : String(error);
   return new ConcurrencyLimiterError(`Limiter \`${limiter}\` failed: ${message}`, {
     limiter,

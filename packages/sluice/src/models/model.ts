@@ -1,8 +1,9 @@
 /**
- * The one boundary to pi-ai: model specs, credentials and the provider request. No pi type
- * leaves src/models and src/agent.
+ * Model specs and credentials, turned into what pi-ai takes. With src/agent (where the provider
+ * request lives), the only code that sees pi's types: none of them leaves the two.
  */
 import { getEnvApiKey, getModel, type Api, type Model } from '@mariozechner/pi-ai';
+import { agentDefaults } from '../agent/defaults.js';
 
 /** A model: `'provider/model-id'` from the catalog, or an endpoint of your own. */
 export type ModelSpec =
@@ -74,8 +75,8 @@ export function resolveModel(spec: ModelSpec): Model<Api> {
       cacheRead: spec.cost?.cacheRead ?? 0,
       cacheWrite: spec.cost?.cacheWrite ?? 0,
     },
-    contextWindow: spec.contextWindow ?? 128_000,
-    maxTokens: spec.maxTokens ?? 4096,
+    contextWindow: spec.contextWindow ?? agentDefaults.model.contextWindow,
+    maxTokens: spec.maxTokens ?? agentDefaults.model.maxTokens,
   };
 }
 

@@ -1,12 +1,13 @@
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createAgent, createConcurrencyLimiter, tool, type ConcurrencyEvent } from 'sluice';
-import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
+import { expect, it } from 'vitest';
+import { createAgent, tool, type ConcurrencyEvent } from 'sluice';
+import { useAgentFixture } from './fixture.js';
 
-let provider: ProviderStandIn;
-beforeAll(async () => {
+const f = useAgentFixture();
+
+it('50 runs with nested agents on maxConcurrent: 4 and two workloads: the provider never sees more than 4', async () => {
   // Parents ask for two child answers, then answer; children answer at once. Every response
   // takes a little while, so requests pile up at the limiter.
-  provider = await startProviderStandIn({
+  const provider = await f.provider({
     latencyMs: 15,
     reply: (r) => {
       const system = String(r.messages.find((m) => m.role === 'system')?.content ?? '');
@@ -23,21 +24,18 @@ beforeAll(async () => {
       return { text: `report from ${results.length} facts` };
     },
   });
-});
-afterAll(() => provider.close());
-
-it('50 runs with nested agents on maxConcurrent: 4 and two workloads: the provider never sees more than 4', async () => {
-  const limiter = createConcurrencyLimiter({
+  const limiter = f.limiter({
     name: 'shared',
     maxConcurrent: 4,
     workloads: { interactive: { reserved: 1, priority: 10 }, background: { maxConcurrent: 3 } },
   });
-  const model = { api: 'openai-completions' as const, provider: 'stand-in', id: 'm', baseUrl: provider.url };
-  const credentials = { apiKey: 'k' };
-  const researcher = createAgent({ model, credentials, instructions: 'You are a researcher.' });
+  const model = f.model(provider);
+  const { credentials, clock } = f;
+  const researcher = createAgent({ model, credentials, clock, instructions: 'You are a researcher.' });
   const writer = createAgent({
     model,
     credentials,
+    clock,
     instructions: 'You are a writer.',
     concurrency: { limiter, workload: 'background' },
     tools: [
@@ -59,7 +57,6 @@ it('50 runs with nested agents on maxConcurrent: 4 and two workloads: the provid
     peakInteractive = Math.max(peakInteractive, s.workloads.interactive.active);
     peakBackground = Math.max(peakBackground, s.workloads.background.active);
   };
-  provider.resetPeak();
   const runs = Array.from({ length: 50 }, (_, i) =>
     writer.run({
       prompt: `topic ${i}`,
@@ -85,5 +82,4 @@ it('50 runs with nested agents on maxConcurrent: 4 and two workloads: the provid
     expect(e.workload).toBe(parentRun!.workload);
     expect(e.rootRunId).toBe(e.parentRunId);
   }
-  expect(limiter.stats()).toMatchObject({ active: 0, queued: 0 });
 }, 60_000);

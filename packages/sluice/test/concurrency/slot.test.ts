@@ -1,58 +1,33 @@
+import { getEventListeners } from 'node:events';
 import { setImmediate as flush } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import {
   ConcurrencyConfigError,
-  ConcurrencyError,
   ConcurrencyLeaseLostError,
   ConcurrencyLimiterError,
   ConcurrencyQueueFullError,
   ConcurrencyTimeoutError,
-  ManualClock,
-  TurnError,
   acquireSlot,
-  createConcurrencyLimiter,
-  type ConcurrencyEvent,
   type ConcurrencyEventType,
   type ConcurrencyLimiter,
 } from 'sluice/concurrency';
+import { common, emitted, faulty, lineage, setup } from './slot-fixture.js';
 
-const lineage = { runId: 'run-2', rootRunId: 'run-1', parentRunId: 'run-1', requestId: 'req-9' };
-
-function setup(options: { maxConcurrent?: number; maxQueued?: number; leaseTtlMs?: number } = {}) {
-  const clock = new ManualClock(1_000_000);
-  const limiter = createConcurrencyLimiter({
-    name: 'claude',
-    maxConcurrent: options.maxConcurrent ?? 1,
-    maxQueued: options.maxQueued,
-    leaseTtlMs: options.leaseTtlMs ?? 3000,
-    clock,
-    workloads: { interactive: { reserved: 0, priority: 10 }, background: {} },
-    defaultWorkload: 'background',
-  });
-  const events: ConcurrencyEvent[] = [];
-  const onEvent = (e: ConcurrencyEvent) => events.push(e);
-  return { clock, limiter, events, onEvent, types: () => events.map((e) => e.type) };
-}
-
-/** A limiter that fails on command, around a real one. */
-function faulty(
-  inner: ConcurrencyLimiter<string>,
-  faults: { acquire?: Error; renew?: Error; release?: Error },
-) {
-  const limiter: ConcurrencyLimiter<string> = {
-    name: inner.name,
-    acquire: (r) => (faults.acquire ? Promise.reject(faults.acquire) : inner.acquire(r)),
-    renew: (l) => (faults.renew ? Promise.reject(faults.renew) : inner.renew(l)),
-    release: (l) => (faults.release ? Promise.reject(faults.release) : inner.release(l)),
-  };
-  return limiter;
-}
-
-const common = {
-  limiter: 'claude',
-  workload: 'interactive',
-  ...lineage,
-};
+// Every event type, checked by the compiler: a new member of ConcurrencyEventType that is not
+// listed here fails the type check.
+const everyType = {
+  'wait-started': true,
+  acquired: true,
+  'timed-out': true,
+  'queue-full': true,
+  'wait-cancelled': true,
+  'limiter-error': true,
+  'config-error': true,
+  released: true,
+  'renewal-failed': true,
+  'lease-lost': true,
+  'release-failed': true,
+} satisfies Record<ConcurrencyEventType, true>;
 
 describe('slot lifecycle and events', () => {
   it('wait-started, acquired and released carry every field', async () => {
@@ -301,70 +276,74 @@ describe('slot lifecycle and events', () => {
     expect(limiter.stats().active).toBe(0);
   });
 
-  it('covers every event type', () => {
-    // Keeps this file honest: a new event type must get a test above.
-    const tested: ConcurrencyEventType[] = [
-      'wait-started',
-      'acquired',
-      'timed-out',
-      'queue-full',
-      'wait-cancelled',
-      'limiter-error',
-      'config-error',
-      'released',
-      'renewal-failed',
-      'lease-lost',
-      'release-failed',
-    ];
-    expect(new Set(tested).size).toBe(11);
+  it('covers every event type: each was emitted by a test above', () => {
+    expect([...emitted].sort()).toEqual(Object.keys(everyType).sort());
   });
 });
 
-describe('error classes', () => {
-  it.each([
-    [
-      'ConcurrencyTimeoutError',
-      new ConcurrencyTimeoutError({ ...common, waitMs: 5, timeoutMs: 5 }),
-      { waitMs: 5, timeoutMs: 5 },
-    ],
-    [
-      'ConcurrencyQueueFullError',
-      new ConcurrencyQueueFullError({ ...common, maxQueued: 3, queued: 3 }),
-      { maxQueued: 3, queued: 3 },
-    ],
-    [
-      'ConcurrencyLimiterError',
-      new ConcurrencyLimiterError('db down', { ...common, cause: 'x' }),
-      { cause: 'x' },
-    ],
-    [
-      'ConcurrencyConfigError',
-      new ConcurrencyConfigError('bad', { ...common, field: 'f', value: 1 }),
-      { field: 'f', value: 1 },
-    ],
-    [
-      'ConcurrencyLeaseLostError',
-      new ConcurrencyLeaseLostError({ ...common, leaseId: 'l', holdMs: 9 }),
-      { leaseId: 'l', holdMs: 9 },
-    ],
-    [
-      'TurnError',
-      new TurnError('HTTP 500', { ...common, status: 500, retryable: true }),
-      { status: 500, retryable: true },
-    ],
-  ])('%s extends ConcurrencyError and carries its fields', (name, error, extra) => {
-    expect(error).toBeInstanceOf(ConcurrencyError);
-    expect(error).toBeInstanceOf(Error);
-    expect(error.name).toBe(name);
-    expect(error).toMatchObject({ ...common, ...extra });
+describe('a budget that ends during the wait', () => {
+  /** A limiter that does not honour `timeoutMs`: only acquireSlot's own timer can end the wait. */
+  function deaf(inner: ConcurrencyLimiter<string>): ConcurrencyLimiter<string> {
+    return { ...faulty(inner, {}), acquire: (r) => inner.acquire({ ...r, timeoutMs: undefined }) };
+  }
+
+  it('is a timeout decided by acquireSlot, even when the limiter ignores the budget', async () => {
+    const { clock, limiter, events, onEvent } = setup();
+    const holder = await acquireSlot({ limiter, clock });
+    const controller = new AbortController();
+    const pending = acquireSlot({
+      limiter: deaf(limiter),
+      workload: 'interactive',
+      signal: controller.signal,
+      timeoutMs: 400,
+      clock,
+      onEvent,
+      ...lineage,
+    }).catch((e: unknown) => e);
+    await flush();
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(1);
+    clock.advance(400);
+    const error = await pending;
+    expect(error).toBeInstanceOf(ConcurrencyTimeoutError);
+    expect(error).toMatchObject({ ...common, waitMs: 400, timeoutMs: 400 });
+    expect(events.at(-1)).toEqual({ type: 'timed-out', ...common, at: 1_000_400, waitMs: 400 });
+    // Nothing left behind: not in the queue, not on the caller's signal.
+    expect(limiter.stats()).toMatchObject({ active: 1, queued: 0 });
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
+    await holder.release();
   });
 
-  it('messages carry the numbers', () => {
-    expect(new ConcurrencyTimeoutError({ ...common, waitMs: 120, timeoutMs: 120 }).message).toBe(
-      'No slot of limiter `claude` (workload `interactive`) within 120 ms; waited 120 ms',
-    );
-    expect(new ConcurrencyLeaseLostError({ ...common, leaseId: 'abc', holdMs: 31_000 }).message).toBe(
-      'Lease `abc` of limiter `claude` was lost after 31000 ms; the request was aborted',
-    );
+  it('is a timeout whichever of the two timers at the same instant fires first', async () => {
+    const { clock, limiter, types, onEvent } = setup();
+    const holder = await acquireSlot({ limiter, clock });
+    // The limiter's own timer (set inside acquire) and acquireSlot's fall due together.
+    const pending = acquireSlot({ limiter, timeoutMs: 250, clock, onEvent }).catch((e: unknown) => e);
+    clock.advance(250);
+    expect(await pending).toBeInstanceOf(ConcurrencyTimeoutError);
+    expect(types()).toEqual(['wait-started', 'timed-out']);
+    await holder.release();
+  });
+
+  it('a cancellation before the budget ends is still a cancellation, and clears the budget timer', async () => {
+    const { clock, limiter, types, onEvent } = setup();
+    const holder = await acquireSlot({ limiter, clock });
+    const controller = new AbortController();
+    const before = clock.pendingTimers;
+    const pending = acquireSlot({
+      limiter: deaf(limiter),
+      signal: controller.signal,
+      timeoutMs: 400,
+      clock,
+      onEvent,
+    }).catch((e: unknown) => e);
+    await flush();
+    expect(clock.pendingTimers).toBe(before + 1);
+    clock.advance(100);
+    const reason = new Error('user left');
+    controller.abort(reason);
+    expect(await pending).toBe(reason);
+    expect(types()).toEqual(['wait-started', 'wait-cancelled']);
+    expect(clock.pendingTimers).toBe(before);
+    await holder.release();
   });
 });

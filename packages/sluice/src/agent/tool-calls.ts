@@ -1,0 +1,88 @@
+import type { AgentTool } from '@mariozechner/pi-agent-core';
+import type { TextContent } from '@mariozechner/pi-ai';
+import type { RunScope } from './scope.js';
+import { Semaphore } from './semaphore.js';
+import { LinkedAbort, timer } from './signals.js';
+import type { Tool, ToolContext } from './tool.js';
+
+/** What bounds a run's tool calls. */
+export interface ToolCallBounds {
+  readonly maxParallelToolCalls: number;
+  readonly toolTimeoutMs: number | undefined;
+}
+
+function toolResultContent(value: unknown): TextContent[] {
+  const text = typeof value === 'string' ? value : (JSON.stringify(value) ?? 'null');
+  return [{ type: 'text', text }];
+}
+
+/**
+ * The run's tools as pi-agent-core runs them: at most `maxParallelToolCalls` at once, each
+ * stopped by the run's cancellation and by `toolTimeoutMs`. A throw, a cancellation or a
+ * timeout becomes an error result the model sees (pi-agent-core turns the rejection into one).
+ */
+export function toAgentTools(
+  tools: readonly Tool<never>[],
+  scope: RunScope,
+  bounds: ToolCallBounds,
+): AgentTool[] {
+  const semaphore = new Semaphore(bounds.maxParallelToolCalls);
+  return tools.map((t) => ({
+    name: t.name,
+    label: t.name,
+    description: t.description,
+    parameters: t.jsonSchema as AgentTool['parameters'],
+    execute: (toolCallId, params, signal) =>
+      semaphore.run(async () => {
+        const result = await callTool(t, params, {
+          signal: signal ?? scope.signal,
+          scope,
+          toolCallId,
+          bounds,
+        });
+        return { content: toolResultContent(result), details: undefined };
+      }),
+  }));
+}
+
+/**
+ * One tool call. The tool's own promise races its bounds, so a tool that ignores its signal
+ * still cannot hold the run past its timeout or its cancellation.
+ */
+function callTool(
+  t: Tool<never>,
+  params: unknown,
+  call: { signal: AbortSignal; scope: RunScope; toolCallId: string; bounds: ToolCallBounds },
+): Promise<unknown> {
+  const { scope, bounds } = call;
+  const stop = new LinkedAbort([call.signal]);
+  const timeout = timer(scope.clock, bounds.toolTimeoutMs, () =>
+    stop.abort(new Error(`Tool ${t.name} passed toolTimeoutMs (${bounds.toolTimeoutMs} ms)`)),
+  );
+  return new Promise<unknown>((resolve, reject) => {
+    const settle = () => {
+      timeout.clear();
+      stop.dispose();
+      stop.signal.removeEventListener('abort', onAbort);
+    };
+    const onAbort = () => {
+      settle();
+      reject(scope.signal.aborted ? scope.signal.reason : stop.signal.reason);
+    };
+    if (stop.signal.aborted) return onAbort();
+    stop.signal.addEventListener('abort', onAbort, { once: true });
+    const context: ToolContext = { signal: stop.signal, runId: scope.runId, toolCallId: call.toolCallId };
+    Promise.resolve()
+      .then(() => (t.execute as (args: unknown, context: ToolContext) => unknown)(params, context))
+      .then(
+        (value) => {
+          settle();
+          resolve(value);
+        },
+        (error: unknown) => {
+          settle();
+          reject(error);
+        },
+      );
+  });
+}
