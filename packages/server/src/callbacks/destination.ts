@@ -23,8 +23,7 @@ export type CallbackUrlRule =
   | 'unresolvable';
 
 export type CallbackUrlCheck =
-  | { ok: true; url: string }
-  | { ok: false; rule: CallbackUrlRule; message: string };
+  { ok: true; url: string } | { ok: false; rule: CallbackUrlRule; message: string };
 
 export interface CallbackUrlOptions {
   /** SLUICE_CALLBACK_ALLOW_PRIVATE=1: skip the host and address rules (on-prem receivers). */

@@ -6,7 +6,14 @@ import {
   type CallbackDispatcherOptions,
   type ResolvedDispatcherOptions,
 } from './options.js';
-import { claimDue, nextDueInMs, recordFinal, recordRetry, releaseClaim, type ClaimedDelivery } from './outbox.js';
+import {
+  claimDue,
+  nextDueInMs,
+  recordFinal,
+  recordRetry,
+  releaseClaim,
+  type ClaimedDelivery,
+} from './outbox.js';
 import { postCallback } from './post.js';
 import { judgeAttempt, retryDelayMs, type Verdict } from './retry.js';
 import { signWebhook, tenantSigningSecret } from './signing.js';
@@ -54,7 +61,9 @@ export class CallbackDispatcher {
   #state: DispatcherState = 'new';
   readonly #attempts = new Map<string, Attempt>();
   #timer: ClockTimer | undefined;
+  /** The poll in progress (or the last one), for stop() to wait on. */
   #polling: Promise<void> | undefined;
+  #pollBusy = false;
   #pollAgain = false;
   #stopping: Promise<void> | undefined;
 
@@ -113,13 +122,12 @@ export class CallbackDispatcher {
 
   #poll(): void {
     if (this.#state !== 'running') return;
-    if (this.#polling) {
+    if (this.#pollBusy) {
       this.#pollAgain = true;
       return;
     }
-    this.#polling = this.#pollOnce().finally(() => {
-      this.#polling = undefined;
-    });
+    this.#pollBusy = true;
+    this.#polling = this.#pollOnce();
   }
 
   async #pollOnce(): Promise<void> {
@@ -139,7 +147,7 @@ export class CallbackDispatcher {
           if (this.#state !== 'running') {
             // stop() came while claiming: hand the rows back untried rather than sit on them.
             await releaseClaim(o.db, { lease, now: this.#sqlNow() });
-            return;
+            break;
           }
           o.log({ type: 'claimed', ids: claimed.map((r) => r.id) });
           for (const row of claimed) this.#begin(row, lease);
@@ -157,6 +165,9 @@ export class CallbackDispatcher {
       o.log({ type: 'error', during: 'poll', error });
       nextPollMs = o.pollIntervalMs;
     }
+    // Cleared with no await since the loop's last check of #pollAgain, so a notify() that
+    // comes in now starts a new poll instead of being lost.
+    this.#pollBusy = false;
     if (this.#state !== 'running') return;
     this.#timer = this.#clock.setTimeout(() => this.#poll(), nextPollMs, { background: true });
     o.log({ type: 'idle', inFlight: this.#attempts.size, nextPollMs });
@@ -204,7 +215,8 @@ export class CallbackDispatcher {
         maxAgeMs: o.maxAgeMs,
         now,
       });
-      if (state === 'pending') o.log({ type: 'retry', ...base, reason: verdict.reason, status: verdict.status, delayMs });
+      if (state === 'pending')
+        o.log({ type: 'retry', ...base, reason: verdict.reason, status: verdict.status, delayMs });
       if (state === 'dead') o.log({ type: 'dead', ...base, reason: verdict.reason, status: verdict.status });
       return;
     }

@@ -16,7 +16,10 @@ export interface ClaimedDelivery {
   attempts: number;
 }
 
-const now = (n: number) => `coalesce(to_timestamp($${n}::float8 / 1000), clock_timestamp())`;
+// Epoch plus whole milliseconds is exact in microseconds; to_timestamp(ms / 1000) goes through
+// a fractional float and can land a microsecond off, so a row due "now" would not be.
+const now = (n: number) =>
+  `coalesce('epoch'::timestamptz + $${n}::float8 * interval '1 millisecond', clock_timestamp())`;
 
 /**
  * Takes up to `limit` due rows for one lease. SKIP LOCKED lets several processes claim at
@@ -110,13 +113,24 @@ export async function recordRetry(
          finished_at = CASE WHEN ${tooLate} THEN ${now(1)} END
      WHERE id = $2::text AND lease = $3::text AND state = 'pending'
      RETURNING state`,
-    [outcome.now, outcome.id, outcome.lease, outcome.status, outcome.error, outcome.delayMs, outcome.maxAgeMs],
+    [
+      outcome.now,
+      outcome.id,
+      outcome.lease,
+      outcome.status,
+      outcome.error,
+      outcome.delayMs,
+      outcome.maxAgeMs,
+    ],
   );
   return result.rows[0]?.state;
 }
 
 /** Hands back rows claimed under `lease` and never attempted (the dispatcher stopped meanwhile). */
-export async function releaseClaim(db: SqlClient, claim: { lease: string; now: number | null }): Promise<void> {
+export async function releaseClaim(
+  db: SqlClient,
+  claim: { lease: string; now: number | null },
+): Promise<void> {
   await db.query(
     `UPDATE callback_deliveries SET lease = NULL, next_attempt_at = ${now(1)}, attempts = attempts - 1
      WHERE lease = $2::text AND state = 'pending'`,

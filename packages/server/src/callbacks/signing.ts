@@ -68,12 +68,9 @@ export interface VerifyOptions {
 
 /** Header access for Node's `IncomingHttpHeaders` (lower-case keys) and fetch's `Headers`. */
 export type WebhookHeaders =
-  | Record<string, string | string[] | undefined>
-  | { get(name: string): string | null };
+  Record<string, string | string[] | undefined> | { get(name: string): string | null };
 
-export type WebhookVerification =
-  | { ok: true; id: string; timestamp: number }
-  | { ok: false; reason: string };
+export type WebhookVerification = { ok: true; id: string; timestamp: number } | { ok: false; reason: string };
 
 /**
  * Checks a Standard Webhooks signature over the raw body: the id and timestamp headers are
@@ -127,8 +124,12 @@ function hmac(secret: string | Uint8Array, id: string, timestamp: number, body: 
 
 function keyOf(secret: string | Uint8Array): Uint8Array {
   if (typeof secret !== 'string') return secret;
-  const key = Buffer.from(secret.startsWith(secretPrefix) ? secret.slice(secretPrefix.length) : secret, 'base64');
-  if (key.length === 0) throw new TypeError('Expected a signing secret of `whsec_` and base64 bytes, got an empty key');
+  const key = Buffer.from(
+    secret.startsWith(secretPrefix) ? secret.slice(secretPrefix.length) : secret,
+    'base64',
+  );
+  if (key.length === 0)
+    throw new TypeError('Expected a signing secret of `whsec_` and base64 bytes, got an empty key');
   return key;
 }
 

@@ -33,7 +33,11 @@ describe('checkCallbackUrl', () => {
     ['http://192.168.0.10:8080/', 'forbidden_address', '192.168.0.10 is a private address'],
     ['http://100.64.0.1/', 'forbidden_address', '100.64.0.1 is a shared (carrier-grade NAT) address'],
     ['http://169.254.169.254/latest/meta-data/', 'forbidden_address', '169.254.169.254 is a cloud metadata'],
-    ['http://metadata.google.internal/', 'forbidden_host', 'metadata.google.internal is a cloud metadata name'],
+    [
+      'http://metadata.google.internal/',
+      'forbidden_host',
+      'metadata.google.internal is a cloud metadata name',
+    ],
     ['http://[fd00:ec2::254]/', 'forbidden_address', 'fd00:ec2::254 is a cloud metadata address'],
     ['http://[fd00::1]/', 'forbidden_address', 'fd00::1 is a unique local address'],
     ['http://[fe80::1]/', 'forbidden_address', 'fe80::1 is a link-local address'],
@@ -115,7 +119,10 @@ describe('checkCallbackUrl', () => {
       ok: true,
       url: 'https://hooks.example.com/done?x=1',
     });
-    expect(await check('http://93.184.215.14:8080/')).toEqual({ ok: true, url: 'http://93.184.215.14:8080/' });
+    expect(await check('http://93.184.215.14:8080/')).toEqual({
+      ok: true,
+      url: 'http://93.184.215.14:8080/',
+    });
     expect(await check('http://[2606:4700:4700::1111]/')).toEqual({
       ok: true,
       url: 'http://[2606:4700:4700::1111]/',

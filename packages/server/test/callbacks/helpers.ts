@@ -1,10 +1,15 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import pg from 'pg';
-import { afterEach, inject } from 'vitest';
+import { afterAll, afterEach, inject } from 'vitest';
 import { toDatabase, type Database } from '@sluice/postgres/database';
+import { ManualClock } from 'sluice/concurrency';
 import { migrate } from '../../src/store/store.js';
-import type { DispatcherEvent } from '../../src/callbacks/index.js';
+import {
+  CallbackDispatcher,
+  type CallbackDispatcherOptions,
+  type DispatcherEvent,
+} from '../../src/callbacks/index.js';
 
 export const postgres = inject('postgres');
 
@@ -18,28 +23,44 @@ export function afterThisTest(cleanup: () => Promise<void>): void {
   cleanups.push(cleanup);
 }
 
-let schemas = 0;
+let shared: Promise<{ db: Database; pool: pg.Pool; schema: string }> | undefined;
+
+async function admin(sql: string): Promise<void> {
+  const client = new pg.Client({ ...postgres });
+  await client.connect();
+  try {
+    await client.query(sql);
+  } finally {
+    await client.end();
+  }
+}
+
+afterAll(async () => {
+  if (!shared) return;
+  const { pool, schema } = await shared;
+  await pool.end();
+  await admin(`DROP SCHEMA ${schema} CASCADE`);
+});
 
 /**
- * A fresh schema with the server's migrations, on a pool whose connections use it, so each
- * test sees only its own rows (a dispatcher claims whatever is due in its table). Dropped
- * after the test.
+ * This test file's schema, with the server's migrations, on a small pool whose connections
+ * use it; emptied before each test that asks for it, so a dispatcher sees only the rows its
+ * test made. One schema per file, not per test: the PostgreSQL server is shared with other
+ * suites, and connections and DDL are what it runs short of.
  */
-export async function openDatabase(max = 6): Promise<{ db: Database; pool: pg.Pool }> {
+export async function openDatabase(): Promise<{ db: Database; pool: pg.Pool; schema: string }> {
   if (!postgres) throw new Error('PostgreSQL is not available');
-  const schema = `callbacks_${process.pid}_${Date.now().toString(36)}_${schemas++}`;
-  const admin = new pg.Client({ ...postgres });
-  await admin.connect();
-  await admin.query(`CREATE SCHEMA ${schema}`);
-  const pool = new pg.Pool({ ...postgres, max, options: `-c search_path=${schema}` });
-  const db = toDatabase(pool);
-  await migrate(db);
-  afterThisTest(async () => {
-    await pool.end();
-    await admin.query(`DROP SCHEMA ${schema} CASCADE`);
-    await admin.end();
-  });
-  return { db, pool };
+  shared ??= (async () => {
+    const schema = `callbacks_${process.pid}_${Date.now().toString(36)}`;
+    await admin(`CREATE SCHEMA ${schema}`);
+    const pool = new pg.Pool({ ...postgres, max: 4, options: `-c search_path=${schema}` });
+    const db = toDatabase(pool);
+    await migrate(db);
+    return { db, pool, schema };
+  })();
+  const database = await shared;
+  await database.db.query('TRUNCATE agent_runs, callback_deliveries, tenant_secrets');
+  return database;
 }
 
 let runs = 0;
@@ -205,6 +226,22 @@ export class EventLog {
     );
   }
 
+  /** Resolves once `n` events of `type` have been logged. */
+  reached(type: DispatcherEvent['type'], n: number): Promise<void> {
+    if (this.count(type) >= n) return Promise.resolve();
+    return new Promise((resolve) =>
+      this.#waiters.push({
+        match: (e) => e.type === type && this.count(type) >= n,
+        resolve: () => resolve(),
+      }),
+    );
+  }
+
+  /** The index just after `event`, to wait for what follows it. */
+  after(event: DispatcherEvent): number {
+    return this.events.indexOf(event) + 1;
+  }
+
   count(type: DispatcherEvent['type']): number {
     return this.events.filter((e) => e.type === type).length;
   }
@@ -233,6 +270,69 @@ export async function deliveries(db: Database) {
       last_status: number | null;
       last_error: string | null;
       lease: string | null;
-    }>('SELECT id, run_id, state, attempts, last_status, last_error, lease FROM callback_deliveries ORDER BY created_at')
+    }>(
+      'SELECT id, run_id, state, attempts, last_status, last_error, lease FROM callback_deliveries ORDER BY created_at',
+    )
   ).rows;
+}
+
+/** The callback body for tests: the run's id, status and error. */
+export function renderFrom(db: Database): CallbackDispatcherOptions['renderRun'] {
+  return async (id, tenant) =>
+    (
+      await db.query<object>(
+        'SELECT id, status, error FROM agent_runs WHERE id = $1::text AND tenant = $2::text',
+        [id, tenant],
+      )
+    ).rows[0];
+}
+
+export const testStopTimeoutMs = 1000;
+
+/**
+ * A dispatcher on a ManualClock (started at the wall-clock time: the database stamps
+ * created_at, which the maximum age is measured from), with loopback allowed (the receivers
+ * are on 127.0.0.1), full-length backoff (random = 1) and a poll interval so long that only
+ * due rows, notify() and finished attempts make it look. Stopped after the test, which then
+ * fails if the dispatcher logged an error or left a timer behind.
+ */
+export function startDispatcher(
+  db: Database,
+  options: Partial<CallbackDispatcherOptions> & { clock?: ManualClock } = {},
+): { dispatcher: CallbackDispatcher; clock: ManualClock; events: EventLog } {
+  const clock = options.clock ?? new ManualClock(Date.now());
+  const events = new EventLog();
+  const dispatcher = new CallbackDispatcher({
+    db,
+    renderRun: renderFrom(db),
+    allowPrivate: true,
+    pollIntervalMs: 3_600_000,
+    stopTimeoutMs: testStopTimeoutMs,
+    random: () => 1,
+    ...options,
+    log: (event) => {
+      events.log(event);
+      options.log?.(event);
+    },
+    clock,
+  });
+  afterThisTest(async () => {
+    await stopOn(dispatcher, clock);
+    const errors = events.errors();
+    if (errors.length > 0)
+      throw new Error(
+        `the dispatcher logged errors: ${String(errors.map((e) => (e as { error: unknown }).error))}`,
+      );
+    // A shared clock is checked by the dispatcher that made it (stopped last).
+    if (!options.clock && clock.pendingTimers > 0)
+      throw new Error(`the dispatcher left ${clock.pendingTimers} timer(s) behind`);
+  });
+  return { dispatcher, clock, events };
+}
+
+/** Stops a dispatcher on a ManualClock: its stop bound only passes when the clock moves. */
+export async function stopOn(dispatcher: CallbackDispatcher, clock: ManualClock): Promise<void> {
+  const stopping = dispatcher.stop();
+  clock.advance(testStopTimeoutMs);
+  await stopping;
 }

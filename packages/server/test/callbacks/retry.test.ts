@@ -1,10 +1,19 @@
 import { describe, expect, it } from 'vitest';
 import { resolveDispatcherOptions, type CallbackDispatcherOptions } from '../../src/callbacks/options.js';
-import { judgeAttempt, parseRetryAfter, retryDelayMs, type AttemptOutcome } from '../../src/callbacks/retry.js';
+import {
+  judgeAttempt,
+  parseRetryAfter,
+  retryDelayMs,
+  type AttemptOutcome,
+} from '../../src/callbacks/retry.js';
 import type { Database } from '@sluice/postgres/database';
 
 const now = Date.parse('2030-01-01T00:00:00Z');
-const response = (status: number, retryAfter?: string): AttemptOutcome => ({ kind: 'response', status, retryAfter });
+const response = (status: number, retryAfter?: string): AttemptOutcome => ({
+  kind: 'response',
+  status,
+  retryAfter,
+});
 
 describe('judgeAttempt', () => {
   it.each([
@@ -23,9 +32,18 @@ describe('judgeAttempt', () => {
     [response(503, '5'), { kind: 'retry', status: 503, reason: 'HTTP 503', retryAfterMs: 5000 }],
     [response(599), { kind: 'retry', status: 599, reason: 'HTTP 599', retryAfterMs: undefined }],
     [response(600), { kind: 'failed', status: 600, reason: 'HTTP 600: not retried' }],
-    [{ kind: 'network', message: 'ECONNREFUSED' }, { kind: 'retry', status: null, reason: 'network error: ECONNREFUSED' }],
-    [{ kind: 'timeout', afterMs: 10_000 }, { kind: 'retry', status: null, reason: 'no response within 10000 ms' }],
-    [{ kind: 'refused', message: 'nope' }, { kind: 'failed', status: null, reason: 'nope' }],
+    [
+      { kind: 'network', message: 'ECONNREFUSED' },
+      { kind: 'retry', status: null, reason: 'network error: ECONNREFUSED' },
+    ],
+    [
+      { kind: 'timeout', afterMs: 10_000 },
+      { kind: 'retry', status: null, reason: 'no response within 10000 ms' },
+    ],
+    [
+      { kind: 'refused', message: 'nope' },
+      { kind: 'failed', status: null, reason: 'nope' },
+    ],
   ] as [AttemptOutcome, object][])('%j', (outcome, verdict) => {
     expect(judgeAttempt(outcome, now)).toEqual(verdict);
   });
@@ -97,8 +115,8 @@ describe('resolveDispatcherOptions', () => {
     [{ db: {} }, 'Expected `db` to be a Database from @sluice/postgres/database'],
     [{ random: 3 }, 'Expected `random` to be a function, got `number`'],
   ])('%j', (patch, message) => {
-    expect(() => resolveDispatcherOptions({ ...base, ...(patch as object) } as CallbackDispatcherOptions)).toThrow(
-      message,
-    );
+    expect(() =>
+      resolveDispatcherOptions({ ...base, ...(patch as object) } as CallbackDispatcherOptions),
+    ).toThrow(message);
   });
 });

@@ -58,14 +58,54 @@ describe('signWebhook and verifyWebhook', () => {
   });
 
   it.each([
-    ['a changed body', headersOf(vector.id, vector.timestamp, vector.signature), '{"test": 2432232315}', 'no webhook-signature matches'],
-    ['another id', headersOf('msg_other', vector.timestamp, vector.signature), vector.body, 'no webhook-signature matches'],
-    ['a v2 signature only', headersOf(vector.id, vector.timestamp, vector.signature.replace('v1,', 'v2,')), vector.body, 'no webhook-signature matches'],
-    ['a truncated signature', headersOf(vector.id, vector.timestamp, vector.signature.slice(0, 20)), vector.body, 'no webhook-signature matches'],
-    ['no id', { 'webhook-timestamp': '1614265330', 'webhook-signature': vector.signature }, vector.body, 'missing webhook-id'],
-    ['no timestamp', { 'webhook-id': vector.id, 'webhook-signature': vector.signature }, vector.body, 'missing webhook-timestamp'],
-    ['no signature', { 'webhook-id': vector.id, 'webhook-timestamp': '1614265330' }, vector.body, 'missing webhook-signature'],
-    ['a timestamp in ms', headersOf(vector.id, '1614265330.5', vector.signature), vector.body, 'not unix seconds'],
+    [
+      'a changed body',
+      headersOf(vector.id, vector.timestamp, vector.signature),
+      '{"test": 2432232315}',
+      'no webhook-signature matches',
+    ],
+    [
+      'another id',
+      headersOf('msg_other', vector.timestamp, vector.signature),
+      vector.body,
+      'no webhook-signature matches',
+    ],
+    [
+      'a v2 signature only',
+      headersOf(vector.id, vector.timestamp, vector.signature.replace('v1,', 'v2,')),
+      vector.body,
+      'no webhook-signature matches',
+    ],
+    [
+      'a truncated signature',
+      headersOf(vector.id, vector.timestamp, vector.signature.slice(0, 20)),
+      vector.body,
+      'no webhook-signature matches',
+    ],
+    [
+      'no id',
+      { 'webhook-timestamp': '1614265330', 'webhook-signature': vector.signature },
+      vector.body,
+      'missing webhook-id',
+    ],
+    [
+      'no timestamp',
+      { 'webhook-id': vector.id, 'webhook-signature': vector.signature },
+      vector.body,
+      'missing webhook-timestamp',
+    ],
+    [
+      'no signature',
+      { 'webhook-id': vector.id, 'webhook-timestamp': '1614265330' },
+      vector.body,
+      'missing webhook-signature',
+    ],
+    [
+      'a timestamp in ms',
+      headersOf(vector.id, '1614265330.5', vector.signature),
+      vector.body,
+      'not unix seconds',
+    ],
   ])('refuse %s', (_what, headers, body, reason) => {
     const result = verifyWebhook(vector.secret, headers, body, at(vector.timestamp));
     expect(result.ok).toBe(false);
@@ -83,7 +123,10 @@ describe('signWebhook and verifyWebhook', () => {
     });
     expect(verifyWebhook(vector.secret, headers, vector.body, at(vector.timestamp - 301)).ok).toBe(false);
     expect(
-      verifyWebhook(vector.secret, headers, vector.body, { now: (vector.timestamp + 1000) * 1000, toleranceSeconds: 1000 }).ok,
+      verifyWebhook(vector.secret, headers, vector.body, {
+        now: (vector.timestamp + 1000) * 1000,
+        toleranceSeconds: 1000,
+      }).ok,
     ).toBe(true);
   });
 
@@ -106,7 +149,7 @@ describe('signWebhook and verifyWebhook', () => {
 
 describe.runIf(postgres)('tenantSigningSecret', () => {
   it('creates one secret per tenant, once, even when many calls race on several connections', async () => {
-    const { db } = await openDatabase(8);
+    const { db } = await openDatabase();
     const secrets = await Promise.all(Array.from({ length: 24 }, () => tenantSigningSecret(db, 'acme')));
     expect(new Set(secrets).size).toBe(1);
     expect(secrets[0]).toMatch(/^whsec_/);
@@ -118,7 +161,9 @@ describe.runIf(postgres)('tenantSigningSecret', () => {
   });
 
   it('names the field when the tenant is empty', async () => {
-    const { db } = await openDatabase(1);
-    await expect(tenantSigningSecret(db, '')).rejects.toThrow('Expected `tenant` to be a non-empty string, got ``');
+    const { db } = await openDatabase();
+    await expect(tenantSigningSecret(db, '')).rejects.toThrow(
+      'Expected `tenant` to be a non-empty string, got ``',
+    );
   });
 });
