@@ -109,13 +109,17 @@ export class CallbackDispatcher {
     const bound = new Promise<'timeout'>((resolve) => {
       timer = this.#clock.setTimeout(() => resolve('timeout'), this.#options.stopTimeoutMs);
     });
-    if (wasRunning) await this.#polling;
-    const all = Promise.all([...this.#attempts.values()].map((a) => a.done));
-    const result = await Promise.race([all.then(() => 'done' as const), bound]);
+    // A claim in progress may still start nothing (it hands its rows back), but the attempts
+    // it may have begun just before are only known once it is done.
+    const settled = async () => {
+      if (wasRunning) await this.#polling;
+      await Promise.all([...this.#attempts.values()].map((a) => a.done));
+    };
+    const result = await Promise.race([settled().then(() => 'done' as const), bound]);
     this.#clock.clearTimeout(timer!);
     if (result === 'timeout') {
       for (const attempt of this.#attempts.values()) attempt.abort.abort();
-      await all;
+      await Promise.all([...this.#attempts.values()].map((a) => a.done));
     }
     this.#state = 'stopped';
   }

@@ -30,17 +30,21 @@ export async function tenantSigningSecret(db: SqlClient, tenant: string): Promis
   if (typeof tenant !== 'string' || tenant === '') {
     throw new TypeError(`Expected \`tenant\` to be a non-empty string, got \`${String(tenant)}\``);
   }
+  const read = async () =>
+    (
+      await db.query<{ secret: string }>('SELECT secret FROM tenant_secrets WHERE tenant = $1::text', [
+        tenant,
+      ])
+    ).rows[0]?.secret;
+  // Read first: every delivery asks, and only the first one for a tenant needs to write.
+  const existing = await read();
+  if (existing !== undefined) return existing;
   const inserted = await db.query<{ secret: string }>(
     `INSERT INTO tenant_secrets (tenant, secret) VALUES ($1::text, $2::text)
      ON CONFLICT (tenant) DO NOTHING RETURNING secret`,
     [tenant, generateSigningSecret()],
   );
-  if (inserted.rows[0]) return inserted.rows[0].secret;
-  const existing = await db.query<{ secret: string }>(
-    'SELECT secret FROM tenant_secrets WHERE tenant = $1::text',
-    [tenant],
-  );
-  return existing.rows[0]!.secret;
+  return inserted.rows[0]?.secret ?? (await read())!;
 }
 
 /**

@@ -37,10 +37,16 @@ describe.runIf(postgres)('CallbackDispatcher: the destination is judged again wh
       status: 'running',
       callbackUrl: `http://mixed.test:${receiver.port}/hook`,
     });
+    // https goes through the same lookup (it runs before any TLS).
+    const secure = await insertRun(db, {
+      status: 'running',
+      callbackUrl: `https://rebind.test:${receiver.port}/hook`,
+    });
     await endRun(db, rebound, 'succeeded');
     await endRun(db, mixed, 'succeeded');
+    await endRun(db, secure, 'succeeded');
     dispatcher.start();
-    await events.reached('failed', 2);
+    await events.reached('failed', 3);
 
     expect(receiver.requests).toHaveLength(0);
     const reasons = Object.fromEntries(
@@ -49,11 +55,13 @@ describe.runIf(postgres)('CallbackDispatcher: the destination is judged again wh
     expect(reasons[rebound]).toBe(
       'callback_url refused at connect time: rebind.test resolved to 127.0.0.1, a loopback address',
     );
+    expect(reasons[secure]).toBe(reasons[rebound]);
     expect(reasons[mixed]).toBe(
       'callback_url refused at connect time: mixed.test resolved to ::1, a loopback address',
     );
     // Not retried: a destination that resolves inside the network is refused, not unlucky.
     expect((await deliveries(db)).map((r) => [r.state, r.attempts])).toEqual([
+      ['failed', 1],
       ['failed', 1],
       ['failed', 1],
     ]);

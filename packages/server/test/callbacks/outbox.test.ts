@@ -120,7 +120,8 @@ describe.runIf(postgres)('the callback outbox trigger', () => {
 });
 
 describe('the callback outbox on embedded PGlite', () => {
-  it('migrates and queues one delivery per ended run', async () => {
+  // Starting PGlite compiles its WebAssembly: seconds on a quiet machine, tens on a busy one.
+  it('migrates and queues one delivery per ended run', { timeout: 90_000 }, async () => {
     const pglite = new PGlite();
     try {
       const db = toDatabase(pglite);
