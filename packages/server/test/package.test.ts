@@ -1,14 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import {
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  renameSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,7 +17,8 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 const bin = join(root, 'packages/server/bin/sluice.js');
 const scratch = mkdtempSync(join(tmpdir(), 'sluice-package-test-'));
-afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+// The install holds some 20,000 files: removing them takes a while on a busy machine.
+afterAll(() => rm(scratch, { recursive: true, force: true }), 120_000);
 
 /**
  * The environment of a user's shell: nothing that npm sets for the script running this test
