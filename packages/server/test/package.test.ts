@@ -1,6 +1,15 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import {
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  realpathSync,
+  renameSync,
+  writeFileSync,
+} from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -122,6 +131,14 @@ function isRunning(pid: number): boolean {
   }
 }
 
+function isNode(pid: number): boolean {
+  try {
+    return readlinkSync(`/proc/${pid}/exe`) === realpathSync(process.execPath);
+  } catch {
+    return false;
+  }
+}
+
 function commandOf(pid: number): string {
   return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ');
 }
@@ -146,12 +163,15 @@ describe('bin/sluice.js in the repository', () => {
     const cli = startCli(process.execPath, [bin, 'serve', '--port', '0'], cwd);
     const { url } = await cli.ready;
     expect(await connectError(url)).toBeUndefined();
-    // The server is this PID: no child process that a signal to the wrapper would miss.
-    expect(descendantsOf(cli.child.pid!)).toEqual([]);
+    // The server is this PID: no node child that a signal to the wrapper would miss. (tsx may
+    // have started esbuild's service, which ends when its parent's pipe closes.)
+    const tree = descendantsOf(cli.child.pid!);
+    expect(tree.filter(isNode).map(commandOf)).toEqual([]);
 
     cli.child.kill('SIGTERM');
     // Exit code 0 (not death by the signal): the CLI's own handler ran its drain.
     expect(await cli.closed).toEqual({ code: 0, signal: null });
+    expect(tree.filter(isRunning)).toEqual([]);
     expect(await connectError(url)).toBe('ECONNREFUSED');
   }, 180_000);
 });
