@@ -5,6 +5,7 @@ import Fastify, {
   type FastifyReply,
   type FastifyServerOptions,
 } from 'fastify';
+import { CallbackDispatcher, checkCallbackUrl } from './callbacks/index.js';
 import type { SluiceConfig } from './config.js';
 import { authenticate } from './http/auth.js';
 import { HttpError, draining, installErrorHandling } from './http/errors.js';
@@ -17,6 +18,7 @@ import { runRoutes } from './routes/runs.js';
 import { RunEvents } from './runs/events.js';
 import { Executor } from './runs/executor.js';
 import { tenantPolicy } from './runs/policy.js';
+import { getRun, toApiRun } from './runs/store.js';
 import { RunWaiters } from './runs/waiters.js';
 import type { ServerSettings } from './settings.js';
 import type { Store } from './store/store.js';
@@ -26,6 +28,7 @@ export interface ServerApp {
   readonly executor: Executor;
   readonly upkeep: NodeUpkeep;
   readonly waiters: RunWaiters;
+  readonly callbacks: CallbackDispatcher;
   /** Starts the background work: notifications, heartbeat and sweeps, queue workers. Call after listening. */
   start(): Promise<void>;
   /**
@@ -45,7 +48,7 @@ export interface AppOptions {
   settings: ServerSettings;
   /** Fastify's logger option (pino); default: JSON at info, or SLUICE_LOG_LEVEL. */
   logger?: FastifyServerOptions['logger'];
-  /** Vets callback destinations; default: http(s) URLs without credentials. */
+  /** Vets callback destinations; default: public http(s) addresses only, unless SLUICE_CALLBACK_ALLOW_PRIVATE. */
   checkCallbackUrl?: RouteContext['checkCallbackUrl'];
 }
 
@@ -114,6 +117,23 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   const executor = new Executor(db, config, settings, waiters, events, log);
   const limitsFor = tenantPolicy(config, settings);
   const upkeep = new NodeUpkeep(db, executor, settings, limitsFor, log);
+  // Every final state with a callback_url leaves a row in the outbox (a trigger writes it in the
+  // same transaction); this process's dispatcher delivers rows of any process, signed.
+  const callbacks = new CallbackDispatcher({
+    db,
+    allowPrivate: settings.callbackAllowPrivate,
+    renderRun: async (id, tenant) => {
+      const run = await getRun(db, tenant, id);
+      return run && toApiRun(run);
+    },
+    log: (event) => {
+      if (event.type === 'error' || event.type === 'dead' || event.type === 'failed')
+        log('warn', `callback ${event.type}`, event);
+    },
+  });
+  events.on((event) => {
+    if (event.kind === 'end') callbacks.notify();
+  });
   const ctx: RouteContext = {
     db,
     config,
@@ -121,7 +141,12 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     executor,
     waiters,
     limitsFor,
-    checkCallbackUrl: options.checkCallbackUrl ?? basicCallbackCheck,
+    checkCallbackUrl:
+      options.checkCallbackUrl ??
+      (async (raw) => {
+        const checked = await checkCallbackUrl(raw, { allowPrivate: settings.callbackAllowPrivate });
+        return checked.ok ? checked : { ok: false, message: checked.message };
+      }),
     isDraining: () => isDraining,
   };
 
@@ -149,6 +174,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     await stopping;
     await executor.close();
     await fastify.close();
+    await callbacks.stop();
     upkeep.stop();
     await events.stop();
     if (started) await leave(db, executor.node).catch(() => undefined);
@@ -159,11 +185,13 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     executor,
     upkeep,
     waiters,
+    callbacks,
     async start() {
       await upkeep.start();
       started = true;
       await events.start();
       executor.startWorkers();
+      callbacks.start();
     },
     drain() {
       return (ended ??= finish(settings.drainTimeoutMs));
@@ -172,21 +200,4 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
       await (ended ??= finish(0));
     },
   };
-}
-
-/** The check used when no stricter one is wired in: an http(s) URL without credentials. */
-async function basicCallbackCheck(
-  raw: string,
-): Promise<{ ok: true; url: string } | { ok: false; message: string }> {
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    return { ok: false, message: 'Expected `callback_url` to be an absolute http(s) URL' };
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:')
-    return { ok: false, message: 'Expected `callback_url` to use http or https' };
-  if (url.username || url.password)
-    return { ok: false, message: 'Expected `callback_url` without credentials in it' };
-  return { ok: true, url: url.href };
 }

@@ -1,6 +1,7 @@
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadConfig, serve, type RunningServer } from './server.js';
+import { tenantSigningSecret } from './callbacks/index.js';
 import { openStore } from './store/store.js';
 import { countLiveTokens, createToken, listTokens, revokeToken, type Role } from './store/tokens.js';
 
@@ -8,7 +9,8 @@ const usage = `Usage:
   sluice serve [--config FILE] [--port N] [--host H]
   sluice tokens create --tenant T --project P --user U --role admin|member|read
   sluice tokens list [--tenant T]
-  sluice tokens revoke ID`;
+  sluice tokens revoke ID
+  sluice webhooks secret --tenant T`;
 
 /** The store the CLI's token commands use: DATABASE_URL, else the embedded one in ./.sluice. */
 const openCliStore = () =>
@@ -16,13 +18,14 @@ const openCliStore = () =>
 
 async function serveCommand(args: string[]): Promise<void> {
   // Signals are taken first: a SIGTERM during a slow start (a config that starts things, a
-  // migration) ends the process cleanly instead of being lost or killing it half-open.
-  const state: { server?: RunningServer } = {};
-  let stopping: Promise<void> | undefined;
+  // migration) stops the process cleanly instead of being lost or killing it half-open. The
+  // handlers stay registered, and a second signal while draining changes nothing.
+  const state: { server?: RunningServer; signal?: string; stopping?: Promise<void> } = {};
   const stop = (signal: string) => {
-    stopping ??= (async () => {
-      const server = state.server;
-      if (!server) return; // still starting: the start-up finishes, then drains at once
+    state.signal ??= signal;
+    const server = state.server;
+    if (!server || state.stopping) return; // still starting: start-up drains as soon as it is up
+    state.stopping = (async () => {
       console.log(`${signal}: draining`);
       const interrupted = await server.drain();
       if (interrupted.length > 0)
@@ -30,8 +33,7 @@ async function serveCommand(args: string[]): Promise<void> {
       process.exit(0);
     })();
   };
-  process.on('SIGTERM', () => stop('SIGTERM'));
-  process.on('SIGINT', () => stop('SIGINT'));
+  for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => stop(signal));
   // Nothing that slips through a handler ends the process with runs in flight: it is logged.
   process.on('unhandledRejection', (reason) => console.error('unhandled rejection:', reason));
 
@@ -45,11 +47,7 @@ async function serveCommand(args: string[]): Promise<void> {
   const { config, source } = await loadConfig(values.config);
   const server = await serve({ config, port, host: values.host });
   state.server = server;
-  if (stopping) {
-    stopping = undefined;
-    stop('signal during start-up');
-    return;
-  }
+  if (state.signal) return stop(state.signal);
   const agents = Object.keys(config.agents);
   console.log(`Sluice is serving ${agents.join(', ')} (${source}) on ${server.url}`);
   console.log(
@@ -136,8 +134,22 @@ async function tokensCommand(sub: string | undefined, args: string[]): Promise<v
   throw new Error(usage);
 }
 
+/** The tenant's callback signing secret (made on first use): what its receivers verify with. */
+async function webhooksCommand(sub: string | undefined, args: string[]): Promise<void> {
+  if (sub !== 'secret') throw new Error(usage);
+  const { values } = parseArgs({ args, options: { tenant: { type: 'string' } } });
+  if (!values.tenant) throw new Error(`Missing --tenant\n${usage}`);
+  const store = await openCliStore();
+  try {
+    console.log(await tenantSigningSecret(store.db, values.tenant));
+  } finally {
+    await store.close();
+  }
+}
+
 async function main(argv: string[]): Promise<void> {
   const [command, sub] = argv;
+  if (command === 'webhooks') return webhooksCommand(sub, argv.slice(2));
   if (command === 'serve') return serveCommand(argv.slice(1));
   if (command === 'tokens') return tokensCommand(sub, argv.slice(2));
   console.log(usage);

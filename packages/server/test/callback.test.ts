@@ -1,74 +1,90 @@
-import { createServer } from 'node:http';
+import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { expect, it } from 'vitest';
-import { createAgent } from 'sluice';
-import { createToken, defineConfig, serve } from '@sluice/server';
-import { startProviderStandIn } from '@sluice/testkit';
+import { tenantSigningSecret, verifyWebhook } from '../src/callbacks/index.js';
+import { afterThisTest, startTestServer, until } from './helpers.js';
 
-it('POSTs the finished run to callback_url, retrying a failed delivery; refuses a bad URL', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-callback-'));
-  const provider = await startProviderStandIn();
-  // The receiver fails the first delivery, then accepts.
-  const received: { id: string; status: string; output: unknown }[] = [];
-  let attempts = 0;
-  let delivered!: () => void;
-  const done = new Promise<void>((r) => (delivered = r));
+/** A receiver on loopback that keeps every delivery it gets. */
+async function startReceiver() {
+  const received: { headers: IncomingHttpHeaders; body: string }[] = [];
   const receiver = createServer((req, res) => {
     let body = '';
     req.on('data', (d: Buffer) => (body += d.toString()));
     req.on('end', () => {
-      attempts++;
-      if (attempts === 1) return res.writeHead(503).end();
-      received.push(JSON.parse(body));
+      received.push({ headers: req.headers, body });
       res.writeHead(204).end();
-      delivered();
     });
   });
   await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
-  const model = { api: 'openai-completions' as const, provider: 'stand-in', id: 'm', baseUrl: provider.url };
-  const server = await serve({
-    config: defineConfig({ agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) } }),
-    port: 0,
-    dataDir: dir,
-    databaseUrl: '',
+  afterThisTest(() => new Promise((r) => receiver.close(() => r())));
+  return { url: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`, received };
+}
+
+it('M4/M5: one signed delivery for every final state (succeeded, failed, canceled, expired), verified with the tenant secret', async () => {
+  const { call, server } = await startTestServer({
+    settings: {
+      callbackAllowPrivate: true,
+      deferredMaxRunningPerTenant: 1,
+      deferredMaxWaitMs: 300,
+      nodeStaleMs: 400,
+    },
   });
-  const token = (await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'member' }))
-    .secret;
-  const post = (body: unknown) =>
-    fetch(`${server.url}/api/client/v1/agents/echo/runs`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-      body: JSON.stringify(body),
-    }).then(async (r) => ({
-      status: r.status,
-      body: (await r.json()) as { id: string; error?: { field: string } },
-    }));
+  const hook = await startReceiver();
+  const ids = {} as Record<'succeeded' | 'failed' | 'expired' | 'canceled', string>;
+  ids.succeeded = (
+    await call('POST', '/agents/echo/runs', { input: 'hello', callback_url: hook.url })
+  ).body.id;
+  ids.failed = (
+    await call('POST', '/agents/echo/runs', { input: 'fail please', callback_url: hook.url })
+  ).body.id;
+  // A deferred run holds the tenant's one deferred slot, so the next one waits and expires.
+  const holder = (await call('POST', '/agents/echo/runs', { input: 'stall', class: 'deferred' })).body.id;
+  ids.expired = (
+    await call('POST', '/agents/echo/runs', { input: 'late', class: 'deferred', callback_url: hook.url })
+  ).body.id;
+  ids.canceled = (
+    await call('POST', '/agents/echo/runs', { input: 'x', delay_seconds: 3600, callback_url: hook.url })
+  ).body.id;
+  expect((await call('POST', `/agents/runs/${ids.canceled}/cancel`)).body.status).toBe('canceled');
+  await until(() => hook.received.length >= 4, 'four deliveries');
+  await call('POST', `/agents/runs/${holder}/cancel`);
 
-  const created = await post({
-    input: 'call me back',
-    wait: false,
-    callback_url: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`,
-  });
-  expect(created.status).toBe(202);
-  await done;
-  expect(attempts).toBe(2);
-  expect(received).toEqual([
-    expect.objectContaining({
-      id: created.body.id,
-      status: 'succeeded',
-      output: { text: 'Echo: call me back' },
-    }),
-  ]);
+  const secret = await tenantSigningSecret(server.store.db, 't');
+  const byRun = new Map<string, { status: string; error: { type: string } | null }>();
+  for (const delivery of hook.received) {
+    const verified = verifyWebhook(secret, delivery.headers, delivery.body);
+    expect(verified.ok).toBe(true);
+    const run = JSON.parse(delivery.body) as { id: string; status: string; error: { type: string } | null };
+    expect(byRun.has(run.id)).toBe(false); // exactly one delivery per run
+    byRun.set(run.id, run);
+  }
+  expect(byRun.get(ids.succeeded)?.status).toBe('succeeded');
+  expect(byRun.get(ids.failed)).toMatchObject({ status: 'failed', error: { type: 'agent_error' } });
+  expect(byRun.get(ids.expired)).toMatchObject({ status: 'failed', error: { type: 'expired' } });
+  expect(byRun.get(ids.canceled)?.status).toBe('canceled');
+  // A tampered body fails verification.
+  const first = hook.received[0]!;
+  expect(verifyWebhook(secret, first.headers, first.body.replace('"status"', '"Status"')).ok).toBe(false);
+});
 
-  const bad = await post({ input: 'x', callback_url: 'ftp://example' });
-  expect(bad.status).toBe(400);
-  expect(bad.body.error).toMatchObject({ field: 'callback_url' });
-
-  await server.close();
-  await provider.close();
-  await new Promise((r) => receiver.close(r));
-  rmSync(dir, { recursive: true, force: true });
+it('H1: loopback, private, metadata and credential callback URLs are refused at creation with 400', async () => {
+  const { call } = await startTestServer();
+  for (const url of [
+    'http://127.0.0.1:9999/',
+    'http://localhost/',
+    'http://[::1]/',
+    'http://10.0.0.1/',
+    'http://169.254.169.254/latest/meta-data/',
+    'http://2130706433/',
+    'http://0x7f.1/',
+    'http://[::ffff:127.0.0.1]/',
+    'http://user:pass@example.com/',
+    'ftp://example.com/',
+  ]) {
+    const refused = await call('POST', '/agents/echo/runs', { input: 'x', callback_url: url });
+    expect([url, refused.status]).toEqual([url, 400]);
+    expect(refused.body.error).toMatchObject({ type: 'invalid_request', param: 'callback_url' });
+  }
+  const listed = await call('GET', '/agents/runs');
+  expect(listed.body.data).toHaveLength(0); // nothing was admitted
 });

@@ -89,6 +89,19 @@ export interface RunResult<T = unknown> {
   data: T;
 }
 
+/**
+ * A failed or cancelled run still consumed tokens: its error carries `usage` (what the provider
+ * requests sent before the failure cost), so spend accounting can count it. Set on the error
+ * object itself, not enumerable; an error that cannot take it (frozen, or not an object) is
+ * thrown as it is.
+ */
+function withUsage(error: unknown, usage: RunUsage): unknown {
+  if (error !== null && typeof error === 'object' && Object.isExtensible(error) && !('usage' in error)) {
+    Object.defineProperty(error, 'usage', { value: usage, enumerable: false, configurable: true });
+  }
+  return error;
+}
+
 function usageOf(messages: readonly AgentMessage[], requests: number): RunUsage {
   const usage: RunUsage = { input: 0, output: 0, totalTokens: 0, cost: 0, requests };
   for (const m of messages) {
@@ -259,6 +272,7 @@ export class Agent<W extends string = never> {
     });
 
     let lastAssistant: AssistantMessage | undefined;
+    const answered: AssistantMessage[] = [];
     let data: unknown;
     const messages = await runAgentLoop(
       [{ role: 'user', content: options.prompt, timestamp: clock.now() }],
@@ -302,6 +316,7 @@ export class Agent<W extends string = never> {
       (event) => {
         if (event.type === 'message_end' && (event.message as Message).role === 'assistant') {
           lastAssistant = event.message as AssistantMessage;
+          answered.push(lastAssistant);
         }
         if (onText && event.type === 'message_update' && event.assistantMessageEvent.type === 'text_delta') {
           onText(event.assistantMessageEvent.delta);
@@ -309,12 +324,14 @@ export class Agent<W extends string = never> {
       },
       scope.signal,
       requests.stream,
-    );
+    ).catch((error: unknown) => {
+      throw withUsage(error, usageOf(answered, requests.sent));
+    });
     // Every failed turn's outcome carries its failure, so a turn that ended in error needs no
     // second look; a cancelled turn leaves the run's signal aborted.
     const failure = requests.failure ?? repairs.exhausted;
-    if (failure) throw failure;
-    if (scope.signal.aborted) throw scope.signal.reason;
+    if (failure) throw withUsage(failure, usageOf(messages, requests.sent));
+    if (scope.signal.aborted) throw withUsage(scope.signal.reason, usageOf(messages, requests.sent));
     const text = textOf(messages.findLast((m): m is AssistantMessage => (m as Message).role === 'assistant'));
     return { text, messages, usage: usageOf(messages, requests.sent), runId: scope.runId, data };
   }
