@@ -52,6 +52,8 @@ interface PgPoolLike {
 interface PgPoolClientLike {
   query(text: string, params?: unknown[]): Promise<{ rows: unknown[] }>;
   release(error?: Error | boolean): void;
+  on?(event: 'error', listener: (error: Error) => void): unknown;
+  off?(event: 'error', listener: (error: Error) => void): unknown;
 }
 interface PgClientLike {
   connect(): Promise<unknown>;
@@ -104,6 +106,10 @@ export function fromPgPool(pool: PgPoolLike): Database {
     async transaction<T>(body: (tx: SqlClient) => Promise<T>, options?: TransactionOptions): Promise<T> {
       const client = await pool.connect();
       let broken: Error | undefined;
+      // A checked-out connection that the server ends between two statements emits 'error';
+      // with no listener that would end the process. The failed statement reports it.
+      const onError = (error: Error) => (broken = error);
+      client.on?.('error', onError);
       try {
         // Stated explicitly: allocation reads must see rows committed before the row lock
         // was granted, which an older (REPEATABLE READ) snapshot would not. SET LOCAL lasts
@@ -128,6 +134,7 @@ export function fromPgPool(pool: PgPoolLike): Database {
         }
         throw error;
       } finally {
+        client.off?.('error', onError);
         client.release(broken);
       }
     },

@@ -1,0 +1,158 @@
+import pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { createAgent } from 'sluice';
+import { createToken, defineConfig, serve } from '@sluice/server';
+import { startProviderStandIn } from '@sluice/testkit';
+import {
+  afterThisTest,
+  freshDatabase,
+  lastUserText,
+  postgres,
+  startDatabaseProxy,
+  throughProxy,
+  until,
+} from '../helpers.js';
+
+describe.runIf(postgres)('database faults on PostgreSQL', () => {
+  it('H2: connections cut mid-load (a database restart) never end the process; /readyz is 503 meanwhile and 200 after; no accepted run is lost', async () => {
+    const database = await freshDatabase();
+    const proxy = await startDatabaseProxy();
+    // "slow" answers take a while, so a run is at the provider when the database goes away and
+    // must record its result after it comes back.
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    const provider = await startProviderStandIn({
+      reply: async (r) => {
+        const text = lastUserText(r);
+        if (text.includes('slow')) await released;
+        return { text: `done ${text}` };
+      },
+    });
+    afterThisTest(() => provider.close());
+    const model = {
+      api: 'openai-completions' as const,
+      provider: 'stand-in',
+      id: 'm',
+      baseUrl: provider.url,
+    };
+    const server = await serve({
+      config: defineConfig({ agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) } }),
+      port: 0,
+      databaseUrl: throughProxy(database, proxy.port),
+      logger: false,
+    });
+    afterThisTest(() => server.close());
+    const token = (
+      await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'member' })
+    ).secret;
+    const post = (body: object) =>
+      fetch(`${server.url}/api/client/v1/agents/echo/runs`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      }).then(async (r) => ({
+        status: r.status,
+        body: (await r.json()) as { id: string; status: string; error?: { type: string } },
+      }));
+    const ready = async () => (await fetch(`${server.url}/readyz`)).status;
+
+    const inline = post({ input: 'slow inline' });
+    const scheduled = await Promise.all(
+      [1, 2, 3].map((n) => post({ input: `later ${n}`, delay_seconds: 1 })),
+    );
+    expect(scheduled.map((s) => s.status)).toEqual([202, 202, 202]);
+    await until(() => provider.inFlight === 1, 'the inline run at the provider');
+
+    proxy.cut();
+    expect(await ready()).toBe(503);
+    // While the database is away a new run is refused with 503 (nothing accepted, nothing lost).
+    const refused = await post({ input: 'while down', wait: false });
+    expect(refused.status).toBe(503);
+    expect(refused.body).toMatchObject({
+      error: { type: expect.stringMatching(/store_unavailable|authentication/) },
+    });
+    // The inline run finishes at the provider while the database is away: its result waits.
+    release();
+    await until(() => provider.inFlight === 0, 'the provider answered');
+
+    proxy.restore();
+    await until(async () => (await ready()) === 200, '/readyz 200 again');
+    const answered = await inline;
+    expect(answered.status).toBe(200);
+    expect(answered.body.status).toBe('succeeded');
+    const pool = new pg.Pool({ connectionString: database, max: 1 });
+    afterThisTest(() => pool.end());
+    const ids = scheduled.map((s) => s.body.id);
+    await until(async () => {
+      const rows = (await pool.query(`SELECT status FROM agent_runs WHERE id = ANY($1)`, [ids])).rows;
+      return rows.every((r: { status: string }) => r.status === 'succeeded');
+    }, 'the scheduled runs succeed after the restart');
+  }, 90_000);
+
+  it('H2: pg_terminate_backend of every server connection, idle or busy, does not end the process', async () => {
+    const database = await freshDatabase();
+    const provider = await startProviderStandIn();
+    afterThisTest(() => provider.close());
+    const model = {
+      api: 'openai-completions' as const,
+      provider: 'stand-in',
+      id: 'm',
+      baseUrl: provider.url,
+    };
+    const server = await serve({
+      config: defineConfig({ agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) } }),
+      port: 0,
+      databaseUrl: database,
+      logger: false,
+    });
+    afterThisTest(() => server.close());
+    const token = (
+      await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'member' })
+    ).secret;
+    const post = () =>
+      fetch(`${server.url}/api/client/v1/agents/echo/runs`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ input: 'x', wait: false }),
+      }).then((r) => r.status);
+    const admin = new pg.Client({ connectionString: database });
+    await admin.connect();
+    afterThisTest(() => admin.end());
+    const name = new URL(database.replace(/^postgresql:\/\/[^/]*\//, 'http://x/')).pathname.slice(1);
+    for (let round = 0; round < 3; round++) {
+      const load = Promise.all(Array.from({ length: 20 }, post));
+      const killed = await admin.query(
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`,
+        [name],
+      );
+      expect(killed.rows.length).toBeGreaterThan(0);
+      // Each request is answered (accepted, or 503 for the ones whose connection was cut), never left hanging.
+      for (const status of await load) expect([202, 503]).toContain(status);
+    }
+    await until(async () => (await fetch(`${server.url}/readyz`)).status === 200, 'ready again');
+    expect(await post()).toBe(202);
+  }, 90_000);
+});
+
+describe('text jsonb cannot hold', () => {
+  it('H2: an answer with U+0000 and a lone surrogate is stored cleaned, and the process goes on', async () => {
+    const weird = { run: async () => ({ text: 'a\u0000b\ud800c', data: undefined, usage: { cost: 0 } }) };
+    const config = defineConfig({ agents: { weird: weird as never } });
+    const dir = (await import('node:fs')).mkdtempSync(
+      (await import('node:path')).join((await import('node:os')).tmpdir(), 'sluice-nul-'),
+    );
+    const server = await serve({ config, port: 0, dataDir: dir, databaseUrl: '', logger: false });
+    afterThisTest(() => server.close());
+    const token = (
+      await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'member' })
+    ).secret;
+    const r = await fetch(`${server.url}/api/client/v1/agents/weird/runs`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ input: 'x' }),
+    });
+    expect(r.status).toBe(200);
+    expect(((await r.json()) as { output: { text: string } }).output.text).toBe('a\ufffdb\ufffdc');
+    expect((await fetch(`${server.url}/readyz`)).status).toBe(200);
+  });
+});
