@@ -65,7 +65,7 @@ it('M4/M5: one signed delivery for every final state (succeeded, failed, cancele
   // A tampered body fails verification.
   const first = hook.received[0]!;
   expect(verifyWebhook(secret, first.headers, first.body.replace('"status"', '"Status"')).ok).toBe(false);
-});
+}, 60_000);
 
 it('H1: loopback, private, metadata and credential callback URLs are refused at creation with 400', async () => {
   const { call } = await startTestServer();

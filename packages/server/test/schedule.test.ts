@@ -15,7 +15,7 @@ it('delay_seconds and run_at schedule a run, which starts when it is due', async
   expect(at.body.status).toBe('scheduled');
   await until(async () => (await statusOf(at.body.id)).status === 'succeeded');
   expect((await statusOf(at.body.id)).output).toEqual({ text: 'done at a time' });
-});
+}, 60_000);
 
 it('a due default-class run waits, scheduled, while the tenant is at its cap; it counts for no cap until then', async () => {
   const { call, statusOf, server } = await start({ settings: { maxActivePerTenant: 1 } });

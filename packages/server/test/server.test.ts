@@ -24,7 +24,8 @@ beforeAll(async () => {
   const config = defineConfig({
     agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) },
     tenants: { small: { maxConcurrentAgentRuns: 1 } },
-    settings: { maxActivePerTenant: 2, syncTimeoutMs: 300, runConcurrency: 2 },
+    // The sync window only ever elapses for runs that stall; a finishing run is answered well within it.
+    settings: { maxActivePerTenant: 2, syncTimeoutMs: 3_000, runConcurrency: 2 },
   });
   server = await serve({ config, port: 0, dataDir: dir, databaseUrl: '' });
   for (const [name, who] of Object.entries({
