@@ -11,7 +11,8 @@ export default defineConfig({
   test: {
     include: ['packages/*/test/**/*.test.ts', 'examples/**/*.test.ts'],
     globalSetup: ['scripts/vitest-global-setup.ts'],
-    testTimeout: 20_000,
-    hookTimeout: 30_000,
+    // Server tests boot an embedded PGlite (a WebAssembly PostgreSQL) per test: seconds on a busy 2-core box.
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
   },
 });

@@ -81,3 +81,17 @@ describe.runIf(postgres)('cancel across processes', () => {
     );
   }, 60_000);
 });
+
+it('L10: a member cancels only its own project runs; an admin of the tenant cancels any; a read token none', async () => {
+  const { call, token } = await startTestServer();
+  const mine = await token({ project: 'p', role: 'member' });
+  const theirs = await token({ project: 'q', role: 'member' });
+  const reader = await token({ project: 'p', role: 'read' });
+  const run = (await call('POST', '/agents/echo/runs', { input: 'x', delay_seconds: 3600 }, mine)).body;
+  const refused = await call('POST', `/agents/runs/${run.id}/cancel`, undefined, theirs);
+  expect([refused.status, refused.body.error.type]).toEqual([403, 'permission_denied']);
+  expect((await call('POST', `/agents/runs/${run.id}/cancel`, undefined, reader)).status).toBe(403);
+  expect((await call('GET', `/agents/runs/${run.id}`, undefined, theirs)).body.status).toBe('scheduled');
+  // The default token of the harness is the tenant's admin.
+  expect((await call('POST', `/agents/runs/${run.id}/cancel`)).body.status).toBe('canceled');
+});
