@@ -1,13 +1,12 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { preparedDataDir } from './helpers.js';
+import { rmSync } from 'node:fs';
 import { expect, it } from 'vitest';
 import { createAgent } from 'sluice';
 import { createToken, defineConfig, serve } from '@sluice/server';
 import { startProviderStandIn } from '@sluice/testkit';
 
 it('SIGTERM drain: runs that finish in the drain time succeed, the rest end interrupted and their callers get 503', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-drain-'));
+  const dir = await preparedDataDir();
   const provider = await startProviderStandIn({
     reply: (r) => {
       const last = String([...r.messages].reverse().find((m) => m.role === 'user')?.content ?? '');
@@ -59,7 +58,7 @@ it('SIGTERM drain: runs that finish in the drain time succeed, the rest end inte
 });
 
 it('AGENT_BACKGROUND_MAX_DURATION_MS bounds every run: past it, failed with max_duration_exceeded', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-duration-'));
+  const dir = await preparedDataDir();
   const provider = await startProviderStandIn({ reply: () => ({ stall: true }) });
   const model = { api: 'openai-completions' as const, provider: 'stand-in', id: 'm', baseUrl: provider.url };
   const server = await serve({

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,6 +8,7 @@ import { createAgent } from 'sluice';
 import {
   createToken,
   defineConfig,
+  openStore,
   serve,
   type RunningServer,
   type ServerSettings,
@@ -78,7 +79,9 @@ export async function startStandIn(): Promise<ProviderStandIn> {
  * temporary folder (or the PostgreSQL database given), quiet logs. Closed after the test.
  */
 export async function startTestServer(options: TestServerOptions = {}): Promise<TestServer> {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-server-test-'));
+  const dir = options.databaseUrl
+    ? mkdtempSync(join(tmpdir(), 'sluice-server-test-'))
+    : await preparedDataDir();
   const provider = options.provider ?? (await startStandIn());
   const model = {
     api: 'openai-completions' as const,
@@ -135,6 +138,26 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     call,
     statusOf: async (id) => (await call('GET', `/agents/runs/${id}`)).body,
   };
+}
+
+let template: Promise<string> | undefined;
+
+/**
+ * A temp folder holding an embedded database that is already created and migrated. Creating a
+ * PGlite database (its initdb) costs seconds; it is done once per test worker, and each server
+ * gets a copy, which opens in a fraction of that.
+ */
+export async function preparedDataDir(): Promise<string> {
+  template ??= (async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-template-'));
+    const store = await openStore({ dataDir: join(dir, 'db') });
+    await store.close();
+    return dir;
+  })();
+  const source = await template;
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-server-test-'));
+  cpSync(join(source, 'db'), join(dir, 'db'), { recursive: true });
+  return dir;
 }
 
 /** Polls `check` until it holds (bounded: about 20 s). */

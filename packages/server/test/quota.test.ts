@@ -1,6 +1,5 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { preparedDataDir } from './helpers.js';
+import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createAgent } from 'sluice';
 import { createToken, defineConfig, serve, type RunningServer } from '@sluice/server';
@@ -12,7 +11,7 @@ let dir: string;
 const tokens: Record<string, string> = {};
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'sluice-quota-'));
+  dir = await preparedDataDir();
   provider = await startProviderStandIn({
     reply: (r) => {
       const last = String([...r.messages].reverse().find((m) => m.role === 'user')?.content ?? '');

@@ -1,6 +1,5 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { preparedDataDir } from './helpers.js';
+import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAgent } from 'sluice';
 import { createToken, defineConfig, serve, type RunningServer } from '@sluice/server';
@@ -12,7 +11,7 @@ let dir: string;
 const tokens: Record<string, string> = {};
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'sluice-server-'));
+  dir = await preparedDataDir();
   // "stall" makes the model hang (the run stays active); anything else is echoed.
   provider = await startProviderStandIn({
     reply: (r) => {
