@@ -22,7 +22,7 @@ describe('PostgreSQL limiter fails closed', () => {
     expect(providerCalled).toBe(false);
     expect(outcome).toBeInstanceOf(ConcurrencyLimiterError);
     expect(outcome).toMatchObject({ limiter: 'down', workload: 'default', runId: 'r1' });
-    expect((outcome as Error).message).toMatch(/PostgreSQL limiter `down` failed: .*ECONNREFUSED/);
+    expect((outcome as Error).message).toMatch(/Limiter `down` failed: .*ECONNREFUSED/);
     expect(events.map((e) => e.type)).toEqual(['wait-started', 'limiter-error']);
     await limiter.close();
     await pool.end();
