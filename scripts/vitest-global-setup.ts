@@ -78,14 +78,18 @@ interface RunningPgBouncer {
  * to the `postgres` user, and then uses the `postgres` role over the socket, which peer
  * authentication accepts.
  */
-async function ensurePgBouncer(server: PostgresServer, database: string): Promise<RunningPgBouncer | undefined> {
+async function ensurePgBouncer(
+  server: PostgresServer,
+  database: string,
+): Promise<RunningPgBouncer | undefined> {
   if (process.env.PGBOUNCER_URL) {
     const { server: bouncer } = serverOf(process.env.PGBOUNCER_URL);
     const config = { ...bouncer, database };
     if (!(await answers(config))) throw new Error('PGBOUNCER_URL is set but PgBouncer does not answer');
     return { config, stop: async () => undefined };
   }
-  const binary = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].find((p) => existsSync(p)) ?? onPath('pgbouncer');
+  const binary =
+    ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].find((p) => existsSync(p)) ?? onPath('pgbouncer');
   if (!binary) {
     if (process.env.CI) throw new Error('pgbouncer is required under CI=true (apt-get install pgbouncer)');
     console.warn('\n[sluice] pgbouncer is not installed: the PgBouncer suites are skipped.\n');
@@ -94,7 +98,10 @@ async function ensurePgBouncer(server: PostgresServer, database: string): Promis
   const root = process.getuid?.() === 0;
   const host = server.host ?? '127.0.0.1';
   const socket = host.startsWith('/');
-  const login = root && socket ? { user: 'postgres' } : { user: server.user ?? userInfo().username, password: server.password };
+  const login =
+    root && socket
+      ? { user: 'postgres' }
+      : { user: server.user ?? userInfo().username, password: server.password };
   const target = [
     `host=${host}`,
     `port=${server.port ?? 5432}`,

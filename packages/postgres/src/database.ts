@@ -52,6 +52,8 @@ interface PgPoolLike {
 interface PgPoolClientLike {
   query(text: string, params?: unknown[]): Promise<{ rows: unknown[] }>;
   release(error?: Error | boolean): void;
+  on?(event: 'error', listener: (error: Error) => void): unknown;
+  removeListener?(event: 'error', listener: (error: Error) => void): unknown;
 }
 interface PgClientLike {
   connect(): Promise<unknown>;
@@ -104,6 +106,11 @@ export function fromPgPool(pool: PgPoolLike): Database {
     async transaction<T>(body: (tx: SqlClient) => Promise<T>, options?: TransactionOptions): Promise<T> {
       const client = await pool.connect();
       let broken: Error | undefined;
+      // node-postgres emits 'error' on a checked-out client whose connection drops between two
+      // queries, and the pool listens only while the client is idle: without a listener of
+      // our own, a terminated backend would end the process. The next query fails instead.
+      const onError = (error: Error) => (broken = error);
+      client.on?.('error', onError);
       try {
         // Stated explicitly: allocation reads must see rows committed before the row lock
         // was granted, which an older (REPEATABLE READ) snapshot would not. SET LOCAL lasts
@@ -128,6 +135,7 @@ export function fromPgPool(pool: PgPoolLike): Database {
         }
         throw error;
       } finally {
+        client.removeListener?.('error', onError);
         client.release(broken);
       }
     },

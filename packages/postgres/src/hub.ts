@@ -73,8 +73,7 @@ export class ListenHub {
 
   /** Starts listening if it is not already; resolves once connected or failed. */
   ensureListening(): Promise<void> {
-    const probeFailedRecently =
-      performance.now() - this.#probeFailedAt < postgresDefaults.listenProbeRetryMs;
+    const probeFailedRecently = performance.now() - this.#probeFailedAt < postgresDefaults.listenProbeRetryMs;
     if (this.#closed || !this.db.listen || this.#session || this.#retryTimer || probeFailedRecently)
       return this.#connecting ?? Promise.resolve();
     this.#connecting ??= this.#connect().finally(() => (this.#connecting = undefined));
@@ -120,7 +119,10 @@ export class ListenHub {
       timer.unref();
     });
     try {
-      await this.db.query('SELECT pg_notify($1::text, $2::text)', [this.channel, JSON.stringify({ probe: token })]);
+      await this.db.query('SELECT pg_notify($1::text, $2::text)', [
+        this.channel,
+        JSON.stringify({ probe: token }),
+      ]);
       return await received;
     } finally {
       clearTimeout(timer);

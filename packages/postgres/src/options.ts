@@ -216,7 +216,11 @@ export function resolvePostgresLimiterOptions<W extends string>(
     ensureSchema: flag('ensureSchema', options.ensureSchema, postgresDefaults.ensureSchema),
     onConflict: onConflict as 'error' | 'replace',
     listen: flag('listen', options.listen, postgresDefaults.listen),
-    synchronousCommit: flag('synchronousCommit', options.synchronousCommit, postgresDefaults.synchronousCommit),
+    synchronousCommit: flag(
+      'synchronousCommit',
+      options.synchronousCommit,
+      postgresDefaults.synchronousCommit,
+    ),
   });
   return Object.freeze({
     limits,

@@ -312,7 +312,10 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       if (waiter.state !== 'leaving') return; // an outage ended it meanwhile
       // A caller that gave up gets its own reason; a deadline that could not be honoured in
       // the database is a failure of the limiter.
-      const error = failure && end.deadline ? this.#errors.failure(failure.error, waiter.workload, waiter.request) : end.error;
+      const error =
+        failure && end.deadline
+          ? this.#errors.failure(failure.error, waiter.workload, waiter.request)
+          : end.error;
       this.#settle(waiter, error);
     })();
   }
@@ -530,8 +533,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       },
       { synchronousCommit: this.settings.synchronousCommit },
     );
-    this.#nextExpiryAt =
-      state.nextExpiryMs === undefined ? Infinity : this.#clock.now() + state.nextExpiryMs;
+    this.#nextExpiryAt = state.nextExpiryMs === undefined ? Infinity : this.#clock.now() + state.nextExpiryMs;
     this.metrics.passes++;
     const direct = grants.filter((g) => !g.offered && g.owner === owner);
     this.metrics.directGrants += direct.length;
@@ -603,7 +605,11 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     this.#closed = true;
     this.#cancelPoll();
     for (const waiter of [...this.#waiters.values()]) {
-      const error = this.#errors.failure(new Error('the limiter was closed'), waiter.workload, waiter.request);
+      const error = this.#errors.failure(
+        new Error('the limiter was closed'),
+        waiter.workload,
+        waiter.request,
+      );
       this.#end(waiter, { error, deadline: false });
     }
     await this.#hub.leave(this);

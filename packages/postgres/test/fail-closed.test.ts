@@ -114,7 +114,13 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: the database fails while req
       clock,
       ...options,
     });
-    const holder = createPostgresConcurrencyLimiter({ db: direct, schema, name, maxConcurrent: 1, listen: false });
+    const holder = createPostgresConcurrencyLimiter({
+      db: direct,
+      schema,
+      name,
+      maxConcurrent: 1,
+      listen: false,
+    });
     const held = await holder.acquire();
     closing.push(async () => {
       await holder.release(held).catch(() => undefined);
@@ -172,7 +178,9 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: the database fails while req
   });
 
   it('a short blip is ridden out: the request keeps its place and gets the slot', async () => {
-    const { proxy, clock, limiter, holder, held, queued } = await setUp('blip', { outageGraceMs: 10 * MINUTE });
+    const { proxy, clock, limiter, holder, held, queued } = await setUp('blip', {
+      outageGraceMs: 10 * MINUTE,
+    });
     const waiting = settle(limiter.acquire({ timeoutMs: 10 * MINUTE }));
     await until(() => queued(1), 'the request is queued');
     await proxy.cut();
@@ -201,7 +209,13 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: the database fails while req
     const errors: unknown[] = [];
     pool.on('error', (error) => errors.push(error));
     const name = 'terminated';
-    const limiter = createPostgresConcurrencyLimiter({ db: pool, schema, name, maxConcurrent: 1, pollIntervalMs: 50 });
+    const limiter = createPostgresConcurrencyLimiter({
+      db: pool,
+      schema,
+      name,
+      maxConcurrent: 1,
+      pollIntervalMs: 50,
+    });
     const holder = createPostgresConcurrencyLimiter({ db: direct, schema, name, maxConcurrent: 1 });
     try {
       const held = await holder.acquire();

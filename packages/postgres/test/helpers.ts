@@ -28,7 +28,11 @@ export async function createPGlite(): Promise<PGlite> {
 }
 
 /** Waits until `check` holds: for real I/O to finish, never as a timing assertion. */
-export async function until(check: () => Promise<boolean> | boolean, what: string, tries = 400): Promise<void> {
+export async function until(
+  check: () => Promise<boolean> | boolean,
+  what: string,
+  tries = 400,
+): Promise<void> {
   for (let i = 0; i < tries; i++) {
     if (await check()) return;
     await sleep(25);

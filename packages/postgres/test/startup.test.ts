@@ -124,7 +124,7 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: schema and stored limits', (
     );
     expect(make({ schema: 'bad; drop' })).toThrow('Expected `schema` to be a plain SQL identifier');
     expect(make({ onConflict: 'merge' })).toThrow(
-      'Expected `onConflict` to be \'error\' or \'replace\', got `"merge"`',
+      "Expected `onConflict` to be 'error' or 'replace', got `\"merge\"`",
     );
     expect(make({ queueEntryTtl: 5 })).toThrow('Expected `queueEntryTtl` to be a known option');
     expect(() => createPostgresConcurrencyLimiter({ maxConcurrent: 1 } as never)).toThrow(

@@ -24,7 +24,10 @@ describe('Batcher', () => {
     runs[0]!.done.resolve([10, 20]);
     expect(await Promise.all(first)).toEqual([10, 20]);
     await Promise.resolve();
-    expect(runs.map((r) => r.inputs)).toEqual([[1, 2], [3, 4]]);
+    expect(runs.map((r) => r.inputs)).toEqual([
+      [1, 2],
+      [3, 4],
+    ]);
     runs[1]!.done.resolve([30, 40]);
     expect(await Promise.all(later)).toEqual([30, 40]);
   });

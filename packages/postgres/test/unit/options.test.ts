@@ -21,7 +21,11 @@ function configError(options: Record<string, unknown>): ConcurrencyConfigError {
 
 describe('PostgreSQL limiter options', () => {
   it('fills every default from one object', () => {
-    const { settings, clock, database } = resolvePostgresLimiterOptions({ maxConcurrent: 2, db, leaseTtlMs: 3000 });
+    const { settings, clock, database } = resolvePostgresLimiterOptions({
+      maxConcurrent: 2,
+      db,
+      leaseTtlMs: 3000,
+    });
     expect(settings).toEqual({
       schema: 'sluice',
       pollIntervalMs: 100,
@@ -42,7 +46,8 @@ describe('PostgreSQL limiter options', () => {
     );
     // The slow poll is never faster than the routine one.
     expect(
-      resolvePostgresLimiterOptions({ maxConcurrent: 2, db, pollIntervalMs: 2500 }).settings.fallbackPollIntervalMs,
+      resolvePostgresLimiterOptions({ maxConcurrent: 2, db, pollIntervalMs: 2500 }).settings
+        .fallbackPollIntervalMs,
     ).toBe(2500);
   });
 
@@ -52,10 +57,26 @@ describe('PostgreSQL limiter options', () => {
   });
 
   it.each([
-    [{ db: undefined }, 'db', 'Expected `db` to be a pg.Pool, a PGlite instance or a Database, got `undefined`'],
-    [{ db: { query: 1 } }, 'db', 'Expected `db` to be a pg.Pool, a PGlite instance or a Database, got `{"query":1}`'],
-    [{ schema: 'bad; drop' }, 'schema', 'Expected `schema` to be a plain SQL identifier (letters, digits, _; at most 63), got `"bad; drop"`'],
-    [{ onConflict: 'merge' }, 'onConflict', "Expected `onConflict` to be 'error' or 'replace', got `\"merge\"`"],
+    [
+      { db: undefined },
+      'db',
+      'Expected `db` to be a pg.Pool, a PGlite instance or a Database, got `undefined`',
+    ],
+    [
+      { db: { query: 1 } },
+      'db',
+      'Expected `db` to be a pg.Pool, a PGlite instance or a Database, got `{"query":1}`',
+    ],
+    [
+      { schema: 'bad; drop' },
+      'schema',
+      'Expected `schema` to be a plain SQL identifier (letters, digits, _; at most 63), got `"bad; drop"`',
+    ],
+    [
+      { onConflict: 'merge' },
+      'onConflict',
+      "Expected `onConflict` to be 'error' or 'replace', got `\"merge\"`",
+    ],
     [{ pollIntervalMs: 0 }, 'pollIntervalMs', 'Expected `pollIntervalMs` to be a whole number >= 1, got `0`'],
     [{ pollIntervalMs: 2.5 }, 'pollIntervalMs', 'got `2.5`'],
     [
@@ -63,7 +84,11 @@ describe('PostgreSQL limiter options', () => {
       'fallbackPollIntervalMs',
       'Expected `fallbackPollIntervalMs` to be a whole number >= 500 (pollIntervalMs), got `200`',
     ],
-    [{ queueEntryTtlMs: '15s' }, 'queueEntryTtlMs', 'Expected `queueEntryTtlMs` to be a whole number >= 1, got `"15s"`'],
+    [
+      { queueEntryTtlMs: '15s' },
+      'queueEntryTtlMs',
+      'Expected `queueEntryTtlMs` to be a whole number >= 1, got `"15s"`',
+    ],
     [{ offerTtlMs: 0 }, 'offerTtlMs', 'got `0`'],
     [{ outageGraceMs: -1 }, 'outageGraceMs', 'Expected `outageGraceMs` to be a whole number >= 0, got `-1`'],
     [{ listen: 'no' }, 'listen', 'Expected `listen` to be true or false, got `"no"`'],

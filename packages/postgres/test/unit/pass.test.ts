@@ -32,7 +32,10 @@ const head = (workload: string, seq: number, owner = 'me') =>
 
 describe('decoding a pass', () => {
   it('decodes each kind of row into its own shape', () => {
-    expect(decodePassRow(row({ kind: 'present', waiter_id: 'w1' }))).toEqual({ kind: 'present', waiterId: 'w1' });
+    expect(decodePassRow(row({ kind: 'present', waiter_id: 'w1' }))).toEqual({
+      kind: 'present',
+      waiterId: 'w1',
+    });
     expect(decodePassRow(limitsRow)).toEqual({ kind: 'limits', limits: stored });
     expect(decodePassRow(row({ kind: 'active', workload: 'vip', count: 2 }))).toEqual({
       kind: 'active',

@@ -6,7 +6,10 @@ const limits = resolveLimiterOptions({
   name: 'claude',
   maxConcurrent: 8,
   maxQueued: 20,
-  workloads: { interactive: { reserved: 2, priority: 10, maxWaitMs: 60_000 }, background: { maxConcurrent: 6 } },
+  workloads: {
+    interactive: { reserved: 2, priority: 10, maxWaitMs: 60_000 },
+    background: { maxConcurrent: 6 },
+  },
 });
 
 describe('stored limits', () => {
@@ -32,7 +35,10 @@ describe('stored limits', () => {
       resolveLimiterOptions({
         maxConcurrent: 6,
         maxQueued: 20,
-        workloads: { interactive: { reserved: 1, priority: 10, maxWaitMs: 60_000 }, background: { maxConcurrent: 6 } },
+        workloads: {
+          interactive: { reserved: 1, priority: 10, maxWaitMs: 60_000 },
+          background: { maxConcurrent: 6 },
+        },
       }),
     );
     expect(differences(mine, other)).toEqual([
@@ -40,7 +46,9 @@ describe('stored limits', () => {
       'workloads.interactive.maxConcurrent 8 here, 6 stored',
       'workloads.interactive.reserved 2 here, 1 stored',
     ]);
-    const renamed = storedForm(resolveLimiterOptions({ maxConcurrent: 8, maxQueued: 20, workloads: { chat: {} } }));
+    const renamed = storedForm(
+      resolveLimiterOptions({ maxConcurrent: 8, maxQueued: 20, workloads: { chat: {} } }),
+    );
     expect(differences(mine, renamed)).toEqual([
       'defaultWorkload null here, chat stored',
       'workloads (interactive, background) here, (chat) stored',

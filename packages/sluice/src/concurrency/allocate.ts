@@ -136,10 +136,7 @@ export function allocate<E extends WaitingEntry>(input: AllocationInput<E>): All
 }
 
 /** Slots in use in all, and how many of them are shared (unreserved) slots. */
-function usageOf(
-  limits: AllocationLimits,
-  active: readonly number[],
-): { total: number; sharedUsed: number } {
+function usageOf(limits: AllocationLimits, active: readonly number[]): { total: number; sharedUsed: number } {
   let total = 0;
   let sharedUsed = 0;
   for (let i = 0; i < limits.workloads.length; i++) {
@@ -165,9 +162,7 @@ function canTake(
   const w = limits.workloads[i]!;
   const n = active[i] ?? 0;
   return (
-    total < limits.maxConcurrent &&
-    n < w.maxConcurrent &&
-    (n < w.reserved || sharedUsed < limits.sharedSlots)
+    total < limits.maxConcurrent && n < w.maxConcurrent && (n < w.reserved || sharedUsed < limits.sharedSlots)
   );
 }
 

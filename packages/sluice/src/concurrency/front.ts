@@ -52,7 +52,10 @@ export function prepareAcquire<W extends string>(
   if (request.signal?.aborted) return { ok: false, error: request.signal.reason };
   const budget = request.timeoutMs;
   if (budget !== undefined && budget <= 0) {
-    return { ok: false, error: limiterErrors(limits).timeout(workload.name, request, 0, Math.max(0, budget)) };
+    return {
+      ok: false,
+      error: limiterErrors(limits).timeout(workload.name, request, 0, Math.max(0, budget)),
+    };
   }
   const maxWaitMs = workload.maxWaitMs;
   const timeoutMs =
@@ -63,7 +66,12 @@ export function prepareAcquire<W extends string>(
 /** The errors of one limiter. */
 export interface LimiterErrors {
   /** No slot within `timeoutMs`; the request waited `waitMs`. */
-  timeout(workload: string, request: RequestLineage, waitMs: number, timeoutMs: number): ConcurrencyTimeoutError;
+  timeout(
+    workload: string,
+    request: RequestLineage,
+    waitMs: number,
+    timeoutMs: number,
+  ): ConcurrencyTimeoutError;
   /** The queue held `queued` requests, as many as `maxQueued` allows. */
   queueFull(workload: string, request: RequestLineage, queued: number): ConcurrencyQueueFullError;
   /**
@@ -124,7 +132,10 @@ export interface WorkloadCounts {
  * statsOf(limits, { active: [2, 5], queued: [0, 3] })
  * // => { active: 7, queued: 3, workloads: { interactive: { active: 2, queued: 0 }, background: { active: 5, queued: 3 } } }
  */
-export function statsOf<W extends string>(limits: ResolvedLimits<W>, counts: WorkloadCounts): ConcurrencyStats<W> {
+export function statsOf<W extends string>(
+  limits: ResolvedLimits<W>,
+  counts: WorkloadCounts,
+): ConcurrencyStats<W> {
   const workloads = {} as Record<W, WorkloadStats>;
   let active = 0;
   let queued = 0;

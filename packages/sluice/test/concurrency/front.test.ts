@@ -78,11 +78,25 @@ describe('limiterErrors', () => {
   it('builds timeouts and queue-full errors with their numbers and lineage', () => {
     const timeout = errors.timeout('interactive', lineage, 120, 100);
     expect(timeout).toBeInstanceOf(ConcurrencyTimeoutError);
-    expect(timeout).toMatchObject({ limiter: 'claude', workload: 'interactive', waitMs: 120, timeoutMs: 100, ...lineage });
-    expect(timeout.message).toBe('No slot of limiter `claude` (workload `interactive`) within 100 ms; waited 120 ms');
+    expect(timeout).toMatchObject({
+      limiter: 'claude',
+      workload: 'interactive',
+      waitMs: 120,
+      timeoutMs: 100,
+      ...lineage,
+    });
+    expect(timeout.message).toBe(
+      'No slot of limiter `claude` (workload `interactive`) within 100 ms; waited 120 ms',
+    );
     const full = errors.queueFull('background', lineage, 10);
     expect(full).toBeInstanceOf(ConcurrencyQueueFullError);
-    expect(full).toMatchObject({ limiter: 'claude', workload: 'background', maxQueued: 10, queued: 10, ...lineage });
+    expect(full).toMatchObject({
+      limiter: 'claude',
+      workload: 'background',
+      maxQueued: 10,
+      queued: 10,
+      ...lineage,
+    });
   });
 
   it('wraps an unknown failure as ConcurrencyLimiterError, and keeps a ConcurrencyError as it is', () => {
