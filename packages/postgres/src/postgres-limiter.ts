@@ -1,48 +1,31 @@
-import { randomUUID } from 'node:crypto';
 import {
-  ConcurrencyConfigError,
   limiterErrors,
   prepareAcquire,
   resolveWorkload,
-  statsOf,
   type AcquireRequest,
   type Clock,
-  type ClockTimer,
   type ConcurrencyLease,
   type ConcurrencyLimiter,
   type ConcurrencyStats,
   type LimiterErrors,
   type ResolvedLimits,
 } from 'sluice/concurrency';
-import { Batcher } from './batcher.js';
 import type { Database } from './database.js';
-import { channelPrefix, hubFor, type ListenHub, type OfferNotice } from './hub.js';
+import { hubFor, type ListenHub, type OfferNotice } from './hub.js';
 import {
   resolvePostgresLimiterOptions,
   type PostgresConcurrencyLimiterOptions,
   type PostgresSettings,
 } from './options.js';
 import { OutageWatch } from './outage.js';
-import { decodePass, planPass, type Enqueue, type EnqueueOutcome, type PassRow } from './pass.js';
+import { PassRunner, type PassResult } from './pass-runner.js';
+import { PollSchedule } from './poll-schedule.js';
+import { extendLeases, leaseOf, readStats } from './leases.js';
+import { newMetrics, type LimiterMetrics } from './metrics.js';
 import { limiterQueries, type LeaseRow, type LimiterQueries } from './queries.js';
+import { registerLimits } from './register.js';
 import { ensureSchema } from './schema.js';
-import { differences, storedForm, type StoredLimits } from './stored-limits.js';
-import type { LocalWaiter, WaitEnd } from './waiter.js';
-
-/** What one caller has to say to the limiter in a pass; a pass carries a batch of them. */
-interface PassInput {
-  enqueue?: Enqueue;
-  release?: string;
-  cancel?: string;
-  /** Waiters of this limiter to keep alive, and whose pending offers to claim. */
-  heartbeat?: string[];
-}
-
-interface PassResult {
-  outcome: EnqueueOutcome | undefined;
-  /** For a heartbeat: which of the waiters still have their queue entry. */
-  present: ReadonlySet<string> | undefined;
-}
+import { LocalWaiters, type LocalWaiter, type WaitEnd } from './waiters.js';
 
 // One shared registry per hub: a pass may grant a slot to a waiter of another limiter
 // object of this process with the same name and database.
@@ -63,22 +46,8 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
   readonly name: string;
   readonly limits: ResolvedLimits<W>;
   readonly settings: PostgresSettings;
-  /**
-   * What this limiter object did, for dashboards and tuning: allocation transactions (and
-   * how many failed), and how slots reached its waiting requests (directly, by an offer
-   * claimed after a NOTIFY or by a poll, or by enqueueing again after an offer lapsed or an
-   * entry was lost).
-   */
-  readonly metrics = {
-    passes: 0,
-    failedPasses: 0,
-    polls: 0,
-    directGrants: 0,
-    offersMade: 0,
-    offersClaimedOnNotify: 0,
-    offersClaimedOnPoll: 0,
-    requeued: 0,
-  };
+  /** What this limiter object did: see {@link LimiterMetrics}. */
+  readonly metrics: LimiterMetrics = newMetrics();
 
   readonly #db: Database;
   readonly #clock: Clock;
@@ -86,16 +55,11 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
   readonly #q: LimiterQueries;
   readonly #hub: ListenHub;
   readonly #registry: Map<string, (row: LeaseRow) => void>;
-  readonly #waiters = new Map<string, LocalWaiter>();
+  readonly #waiters: LocalWaiters;
   readonly #outage: OutageWatch;
-  /** At most one pass in flight per limiter object; what comes meanwhile goes into the next. */
-  readonly #passes: Batcher<PassInput, PassResult>;
+  readonly #passes: PassRunner;
+  readonly #polls: PollSchedule;
   #ready: Promise<void> | undefined;
-  #pollTimer: ClockTimer | undefined;
-  #pollAt = Infinity;
-  #polling = false;
-  /** When the next known lease lapses, on the local clock (from the last pass). */
-  #nextExpiryAt = Infinity;
   #closed = false;
 
   constructor(options: PostgresConcurrencyLimiterOptions<W>) {
@@ -110,11 +74,40 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     this.#outage = new OutageWatch(this.#clock, this.settings.outageGraceMs, (cause) =>
       this.#onOutage(cause),
     );
-    this.#passes = new Batcher((inputs) => this.#watchedPass(inputs));
     this.#hub = hubFor(resolved.db, this.#db);
+    this.#passes = new PassRunner({
+      db: this.#db,
+      queries: this.#q,
+      name: this.name,
+      owner: this.#hub.owner,
+      settings: this.settings,
+      maxConcurrent: this.limits.maxConcurrent,
+      leaseTtlMs: this.limits.leaseTtlMs,
+      clock: this.#clock,
+      outage: this.#outage,
+      metrics: this.metrics,
+      deliver: (row) => this.#deliver(row),
+    });
+    this.#polls = new PollSchedule(
+      this.#clock,
+      () => this.#heartbeat(),
+      () => ({
+        // While the database fails, look again soon: the request ends in a moment either way.
+        intervalMs:
+          !this.#hub.listening || this.#outage.failure !== undefined
+            ? this.settings.pollIntervalMs
+            : this.settings.fallbackPollIntervalMs,
+        nextExpiryAt: this.#passes.nextExpiryAt,
+        due: !this.#closed && this.#waiters.size > 0,
+      }),
+    );
     let registry = registries.get(this.#hub);
     if (!registry) registries.set(this.#hub, (registry = new Map()));
     this.#registry = registry;
+    this.#waiters = new LocalWaiters(this.#clock, this.#errors, registry, {
+      granted: (waiter, row) => this.#granted(waiter, row),
+      end: (waiter, end) => this.#end(waiter, end),
+    });
     this.#hub.join(this);
   }
 
@@ -135,20 +128,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
 
   async #prepare(): Promise<void> {
     if (this.settings.ensureSchema) await ensureSchema(this.#db, this.settings.schema);
-    const mine = storedForm(this.limits);
-    await this.#db.query(this.#q.registerLimits, [this.name, JSON.stringify(mine)]);
-    const row = (await this.#db.query<{ limits: StoredLimits }>(this.#q.readLimits, [this.name])).rows[0];
-    const diff = row ? differences(mine, row.limits) : [];
-    if (diff.length === 0) return;
-    if (this.settings.onConflict === 'replace') {
-      await this.#db.query(this.#q.replaceLimits, [this.name, JSON.stringify(mine)]);
-      return;
-    }
-    throw new ConcurrencyConfigError(
-      `Limiter \`${this.name}\` is stored with other limits: ${diff.join('; ')}. ` +
-        "Every worker sharing a name must use the same limits; use a new name, or onConflict: 'replace'",
-      { limiter: this.name, field: 'limits', value: row?.limits },
-    );
+    await registerLimits(this.#db, this.#q, this.limits, this.settings.onConflict);
   }
 
   acquire(request: AcquireRequest<W> = {}): Promise<ConcurrencyLease<W>> {
@@ -158,38 +138,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     if (this.#closed) {
       return Promise.reject(this.#errors.failure(new Error('the limiter is closed'), workload, request));
     }
-    let resolve!: (lease: ConcurrencyLease<string>) => void;
-    let reject!: (error: unknown) => void;
-    const promise = new Promise<ConcurrencyLease<string>>((res, rej) => ((resolve = res), (reject = rej)));
-    const waiter: LocalWaiter = {
-      id: randomUUID(),
-      workload,
-      request,
-      startedAt: this.#clock.now(),
-      timeoutMs: prepared.timeoutMs,
-      state: 'starting',
-      enqueued: undefined,
-      end: undefined,
-      timer: undefined,
-      onAbort: undefined,
-      resolve,
-      reject,
-    };
-    this.#waiters.set(waiter.id, waiter);
-    this.#registry.set(waiter.id, (row) => this.#granted(waiter, row));
-    // The deadline counts from the request's arrival. A wait of 0 takes a free slot or none:
-    // the enqueue pass decides that, without a timer.
-    if (waiter.timeoutMs !== undefined && waiter.timeoutMs > 0) {
-      waiter.timer = this.#clock.setTimeout(() => {
-        waiter.timer = undefined;
-        this.#end(waiter, { error: this.#timeoutOf(waiter), deadline: true });
-      }, waiter.timeoutMs);
-    }
-    const signal = request.signal;
-    if (signal) {
-      waiter.onAbort = () => this.#end(waiter, { error: signal.reason, deadline: false });
-      signal.addEventListener('abort', waiter.onAbort, { once: true });
-    }
+    const { waiter, promise } = this.#waiters.add(request, workload, prepared.timeoutMs);
     void this.#start(waiter);
     return promise as Promise<ConcurrencyLease<W>>;
   }
@@ -199,7 +148,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       await this.ready();
     } catch (error) {
       if (waiter.state === 'starting') {
-        this.#settle(waiter, this.#errors.failure(error, waiter.workload, waiter.request));
+        this.#waiters.settle(waiter, this.#errors.failure(error, waiter.workload, waiter.request));
       }
       return;
     }
@@ -223,7 +172,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       result = await pass;
     } catch (error) {
       if (waiter.state === 'waiting') {
-        this.#settle(waiter, this.#errors.failure(error, waiter.workload, waiter.request));
+        this.#waiters.settle(waiter, this.#errors.failure(error, waiter.workload, waiter.request));
       }
       return;
     }
@@ -234,16 +183,16 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       case 'granted':
         return;
       case 'waiting':
-        this.#schedulePoll();
+        this.#polls.arm();
         return;
       case 'queue-full': {
         // The stored limits decided; their maxQueued is the one to report.
         const errors = limiterErrors({ name: this.name, maxQueued: outcome.maxQueued });
-        this.#settle(waiter, errors.queueFull(waiter.workload, waiter.request, outcome.queued));
+        this.#waiters.settle(waiter, errors.queueFull(waiter.workload, waiter.request, outcome.queued));
         return;
       }
       case 'timed-out':
-        this.#settle(waiter, this.#timeoutOf(waiter));
+        this.#waiters.settle(waiter, this.#waiters.timeoutOf(waiter));
         return;
       default: {
         const unknown: never = outcome;
@@ -254,14 +203,14 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
 
   /** A slot for a local waiter: resolve it, or give the slot back if the waiter has gone. */
   #granted(waiter: LocalWaiter, row: LeaseRow): void {
-    const lease = this.#lease(row);
+    const lease = leaseOf(this.name, row);
     if ((waiter.state === 'waiting' || waiter.state === 'claiming') && waiter.end === undefined) {
-      this.#finish(waiter);
+      this.#waiters.finish(waiter);
       waiter.resolve(lease);
       return;
     }
     void this.release(lease).catch(() => undefined);
-    if (waiter.state === 'claiming') this.#settle(waiter, waiter.end!.error);
+    if (waiter.state === 'claiming') this.#waiters.settle(waiter, waiter.end!.error);
   }
 
   /** Cancellation or the deadline has come. */
@@ -269,7 +218,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     switch (waiter.state) {
       case 'starting':
         // Nothing of it is in the database yet.
-        this.#settle(waiter, end.error);
+        this.#waiters.settle(waiter, end.error);
         return;
       case 'claiming':
         // The claim's answer settles it.
@@ -292,12 +241,12 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
   /** Takes the waiter out of the queue, then rejects it. */
   #leave(waiter: LocalWaiter, end: WaitEnd): void {
     waiter.state = 'leaving';
-    this.#clearWaitResources(waiter);
+    this.#waiters.clearResources(waiter);
     const failing = this.#outage.failure;
     if (end.deadline && failing) {
       // The deadline comes while the database is failing: the request fails as the limiter
       // did, now. Its entry is withdrawn when the database answers again, or lapses.
-      this.#settle(waiter, this.#errors.failure(failing.error, waiter.workload, waiter.request));
+      this.#waiters.settle(waiter, this.#errors.failure(failing.error, waiter.workload, waiter.request));
       this.#withdraw([waiter.id]);
       return;
     }
@@ -316,7 +265,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
         failure && end.deadline
           ? this.#errors.failure(failure.error, waiter.workload, waiter.request)
           : end.error;
-      this.#settle(waiter, error);
+      this.#waiters.settle(waiter, error);
     })();
   }
 
@@ -325,43 +274,12 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     for (const id of ids) void this.#passes.submit({ cancel: id }).catch(() => undefined);
   }
 
-  #clearWaitResources(waiter: LocalWaiter): void {
-    if (waiter.timer !== undefined) this.#clock.clearTimeout(waiter.timer);
-    waiter.timer = undefined;
-    if (waiter.onAbort) waiter.request.signal?.removeEventListener('abort', waiter.onAbort);
-    waiter.onAbort = undefined;
-  }
-
-  #finish(waiter: LocalWaiter): void {
-    waiter.state = 'done';
-    this.#clearWaitResources(waiter);
-    this.#waiters.delete(waiter.id);
-    this.#registry.delete(waiter.id);
-  }
-
-  #settle(waiter: LocalWaiter, error: unknown): void {
-    this.#finish(waiter);
-    waiter.reject(error);
-  }
-
-  #timeoutOf(waiter: LocalWaiter) {
-    const waited = this.#clock.now() - waiter.startedAt;
-    return this.#errors.timeout(waiter.workload, waiter.request, waited, waiter.timeoutMs ?? 0);
-  }
-
   /**
    * The database has not answered for `outageGraceMs`: every request still waiting here
    * fails closed. A caller that had already given up still gets its own reason.
    */
   #onOutage(cause: unknown): void {
-    const ended = [...this.#waiters.values()];
-    for (const waiter of ended) {
-      const end = waiter.end;
-      const error =
-        end && !end.deadline ? end.error : this.#errors.failure(cause, waiter.workload, waiter.request);
-      this.#settle(waiter, error);
-    }
-    this.#withdraw(ended.map((w) => w.id));
+    this.#withdraw(this.#waiters.failAll(cause));
   }
 
   /** Offers announced by NOTIFY: claim them all in one statement. */
@@ -382,7 +300,9 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
   async #claim(leaseIds: string[], waiters: LocalWaiter[]): Promise<void> {
     let rows: LeaseRow[] = [];
     try {
-      rows = await this.#outage.watch(() => this.#extend(this.#q.claim, [leaseIds, this.limits.leaseTtlMs]));
+      rows = await this.#outage.watch(() =>
+        extendLeases(this.#db, this.#q.claim, [leaseIds, this.limits.leaseTtlMs]),
+      );
       this.metrics.offersClaimedOnNotify += rows.length;
     } catch {
       // Claiming failed; the next poll claims what is still on offer.
@@ -393,7 +313,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       // The offer lapsed before it could be claimed; the queue entry went with the offer.
       waiter.state = 'waiting';
       if (waiter.end !== undefined) {
-        this.#settle(waiter, waiter.end.error);
+        this.#waiters.settle(waiter, waiter.end.error);
       } else {
         this.metrics.requeued++;
         void this.#enqueue(waiter);
@@ -402,10 +322,10 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
   }
 
   onListenChange(listening: boolean): void {
-    this.#cancelPoll();
+    this.#polls.cancel();
     // Just reconnected: look at once for what may have been missed.
-    if (listening && this.#waiters.size > 0) void this.#poll();
-    else this.#schedulePoll();
+    if (listening && this.#waiters.size > 0) void this.#polls.now();
+    else this.#polls.arm();
   }
 
   /** How waiting requests of this process learn of freed slots: NOTIFY wake-ups, or polling alone. */
@@ -413,40 +333,14 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     return this.#hub.listening ? 'notify' : 'polling';
   }
 
-  #schedulePoll(): void {
-    if (this.#closed || this.#waiters.size === 0) return;
-    // While the database fails, look again soon: the request ends in a moment either way.
-    const fast = !this.#hub.listening || this.#outage.failure !== undefined;
-    const interval = fast ? this.settings.pollIntervalMs : this.settings.fallbackPollIntervalMs;
-    const now = this.#clock.now();
-    // Look again at the routine interval, or when the next lease lapses if sooner. No margin
-    // is added: a poll that comes a moment early finds the lease still held and learns the
-    // exact time left from the database, then looks again.
-    const at = Math.min(now + interval, this.#nextExpiryAt);
-    if (this.#pollTimer !== undefined && this.#pollAt <= at) return;
-    this.#cancelPoll();
-    this.#pollAt = at;
-    this.#pollTimer = this.#clock.setTimeout(() => {
-      this.#pollTimer = undefined;
-      this.#pollAt = Infinity;
-      // Looked at now; a pass that succeeds tells the next one (a failed one must not make
-      // the poll spin on a time in the past).
-      if (this.#nextExpiryAt <= this.#clock.now()) this.#nextExpiryAt = Infinity;
-      void this.#poll();
-    }, at - now);
-  }
-
-  #cancelPoll(): void {
-    if (this.#pollTimer !== undefined) this.#clock.clearTimeout(this.#pollTimer);
-    this.#pollTimer = undefined;
-    this.#pollAt = Infinity;
-  }
-
-  async #poll(): Promise<void> {
-    if (this.#polling || this.#closed) return;
-    this.#polling = true;
+  /** The batched poll: keeps this process's queue entries alive and claims offers to them. */
+  async #heartbeat(): Promise<void> {
+    if (this.#closed) return;
+    // Looked at now; a pass that succeeds tells the next expiry (a failed one must not leave
+    // the schedule spinning on a time in the past).
+    if (this.#passes.nextExpiryAt <= this.#clock.now()) this.#passes.nextExpiryAt = Infinity;
     try {
-      const waiting = [...this.#waiters.values()].filter((w) => w.state === 'waiting');
+      const waiting = this.#waiters.list().filter((w) => w.state === 'waiting');
       await Promise.all(waiting.map((w) => w.enqueued?.catch(() => undefined)));
       const ids = waiting.filter((w) => w.state === 'waiting').map((w) => w.id);
       if (ids.length === 0) return;
@@ -461,7 +355,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
         // sent no heartbeat for queueEntryTtlMs. It goes back in the queue for what is left of
         // its wait; with none left, its deadline has come.
         if (waiter.timeoutMs !== undefined && now - waiter.startedAt >= waiter.timeoutMs) {
-          this.#end(waiter, { error: this.#timeoutOf(waiter), deadline: true });
+          this.#end(waiter, { error: this.#waiters.timeoutOf(waiter), deadline: true });
         } else {
           this.metrics.requeued++;
           void this.#enqueue(waiter);
@@ -469,105 +363,19 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       }
     } catch {
       // The outage watch counts it: waiting requests fail if the database stays away.
-    } finally {
-      this.#polling = false;
-      this.#schedulePoll();
     }
-  }
-
-  async #watchedPass(inputs: PassInput[]): Promise<PassResult[]> {
-    try {
-      return await this.#outage.watch(() => this.#runPass(inputs));
-    } catch (error) {
-      this.metrics.failedPasses++;
-      throw error;
-    }
-  }
-
-  /** One allocation: a short transaction on the limiter's row lock, for a batch of changes. */
-  async #runPass(inputs: PassInput[]): Promise<PassResult[]> {
-    const q = this.#q;
-    const owner = this.#hub.owner;
-    const enqueues = inputs.flatMap((i) => (i.enqueue ? [i.enqueue] : []));
-    const { grants, state, plan } = await this.#db.transaction(
-      async (tx) => {
-        const rows = (
-          await tx.query<PassRow>(q.pass, [
-            this.name,
-            owner,
-            enqueues.map((e) => e.id),
-            enqueues.map((e) => e.workload),
-            enqueues.map((e) => e.timeoutMs ?? null),
-            inputs.flatMap((i) => (i.release ? [i.release] : [])),
-            inputs.flatMap((i) => (i.cancel ? [i.cancel] : [])),
-            inputs.flatMap((i) => i.heartbeat ?? []),
-            this.settings.queueEntryTtlMs,
-            this.limits.maxConcurrent,
-            this.limits.leaseTtlMs,
-          ])
-        ).rows;
-        const state = decodePass(rows);
-        if (!state) {
-          throw new Error(`limiter \`${this.name}\` is not registered in schema \`${this.settings.schema}\``);
-        }
-        const plan = planPass(state, enqueues);
-        let grants: LeaseRow[] = [];
-        if (plan.grants.length > 0 || plan.dropped.length > 0) {
-          const chosen = plan.grants;
-          grants = (
-            await tx.query<LeaseRow>(q.grant, [
-              this.name,
-              chosen.map((g) => g.id),
-              chosen.map((g) => g.workload),
-              chosen.map((g) => g.owner),
-              chosen.map((g) => g.owner === owner),
-              chosen.map((g) => g.seq),
-              plan.dropped,
-              this.limits.leaseTtlMs,
-              this.settings.offerTtlMs,
-              channelPrefix,
-            ])
-          ).rows;
-        }
-        return { grants, state, plan };
-      },
-      { synchronousCommit: this.settings.synchronousCommit },
-    );
-    this.#nextExpiryAt = state.nextExpiryMs === undefined ? Infinity : this.#clock.now() + state.nextExpiryMs;
-    this.metrics.passes++;
-    const direct = grants.filter((g) => !g.offered && g.owner === owner);
-    this.metrics.directGrants += direct.length;
-    this.metrics.offersMade += grants.length - direct.length;
-    this.metrics.offersClaimedOnPoll += state.claimed.length;
-    // After commit: hand direct grants and claimed offers to the waiters of this process.
-    for (const row of [...direct, ...state.claimed]) this.#deliver(row);
-    return inputs.map((input) => ({
-      outcome: input.enqueue ? plan.outcomes.get(input.enqueue.id) : undefined,
-      present: input.heartbeat ? state.present : undefined,
-    }));
   }
 
   #deliver(row: LeaseRow): void {
     const deliver = this.#registry.get(row.waiter_id ?? '');
     if (deliver) deliver(row);
-    else void this.release(this.#lease(row)).catch(() => undefined);
-  }
-
-  /**
-   * Claims and renewals only push an expiry later. If a database crash forgot one, the lease
-   * would just lapse sooner (its holder then loses it, safely), so they need not wait for a
-   * WAL flush, whatever `synchronousCommit` says about grants.
-   */
-  async #extend(sql: string, params: unknown[]): Promise<LeaseRow[]> {
-    return this.#db.transaction(async (tx) => (await tx.query<LeaseRow>(sql, params)).rows, {
-      synchronousCommit: false,
-    });
+    else void this.release(leaseOf(this.name, row)).catch(() => undefined);
   }
 
   async renew(lease: ConcurrencyLease<W>): Promise<ConcurrencyLease<W> | undefined> {
     try {
-      const row = (await this.#extend(this.#q.renew, [lease.id, this.limits.leaseTtlMs]))[0];
-      return row ? (this.#lease(row) as ConcurrencyLease<W>) : undefined;
+      const row = (await extendLeases(this.#db, this.#q.renew, [lease.id, this.limits.leaseTtlMs]))[0];
+      return row ? (leaseOf(this.name, row) as ConcurrencyLease<W>) : undefined;
     } catch (error) {
       throw this.#errors.failure(error, lease.workload, {});
     }
@@ -584,27 +392,15 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
 
   async stats(): Promise<ConcurrencyStats<W>> {
     await this.ready();
-    const rows = (
-      await this.#db.query<{ kind: 'active' | 'queued'; workload: string; n: number }>(this.#q.stats, [
-        this.name,
-        this.settings.queueEntryTtlMs,
-      ])
-    ).rows;
-    const index = new Map<string, number>(this.limits.workloads.map((w) => [w.name, w.index]));
-    const counts = { active: this.limits.workloads.map(() => 0), queued: this.limits.workloads.map(() => 0) };
-    for (const row of rows) {
-      const i = index.get(row.workload);
-      if (i !== undefined) counts[row.kind][i] = row.n;
-    }
-    return statsOf(this.limits, counts);
+    return readStats(this.#db, this.#q, this.limits, this.settings.queueEntryTtlMs);
   }
 
   /** Stops polling, leaves the LISTEN session, and fails the requests still waiting. */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    this.#cancelPoll();
-    for (const waiter of [...this.#waiters.values()]) {
+    this.#polls.cancel();
+    for (const waiter of this.#waiters.list()) {
       const error = this.#errors.failure(
         new Error('the limiter was closed'),
         waiter.workload,
@@ -613,17 +409,6 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       this.#end(waiter, { error, deadline: false });
     }
     await this.#hub.leave(this);
-  }
-
-  #lease(row: LeaseRow): ConcurrencyLease<string> {
-    return {
-      id: row.id,
-      limiter: this.name,
-      workload: row.workload,
-      acquiredAt: row.acquired_at,
-      expiresAt: row.expires_at,
-      fence: row.fence,
-    };
   }
 }
 

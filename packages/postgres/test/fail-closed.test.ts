@@ -135,12 +135,18 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: the database fails while req
 
   const failedPolls = (limiter: PostgresConcurrencyLimiter<string>, n: number) =>
     until(() => limiter.metrics.failedPasses >= n, `${n} failed passes`);
+  // A pass is counted once its commit is answered; what follows it (arming the poll) is
+  // synchronous, so once the count shows, the request is settled in its queue.
+  const passes = (limiter: PostgresConcurrencyLimiter<string>, n: number) =>
+    until(() => limiter.metrics.passes === n, `${n} passes`);
 
   it('a database that stays away fails every waiting request after outageGraceMs, long before its deadline', async () => {
     const { proxy, clock, limiter, queued } = await setUp('stays-away', { outageGraceMs: 1000 });
     const waiting = settle(limiter.acquire({ timeoutMs: 10 * MINUTE, runId: 'run-1' }));
+    await passes(limiter, 1);
     const forever = settle(limiter.acquire({ runId: 'run-2' })); // no deadline at all
-    await until(() => queued(2), 'both requests are queued');
+    await passes(limiter, 2);
+    expect(await queued(2)).toBe(true);
     await proxy.cut();
     clock.advance(100); // the poll finds the database gone
     await failedPolls(limiter, 1);
@@ -163,7 +169,8 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: the database fails while req
   it('a deadline that comes while the database fails ends the request then, with ConcurrencyLimiterError', async () => {
     const { proxy, clock, limiter, queued } = await setUp('deadline', { outageGraceMs: 10 * MINUTE });
     const waiting = settle(limiter.acquire({ timeoutMs: 500 }));
-    await until(() => queued(1), 'the request is queued');
+    await passes(limiter, 1);
+    expect(await queued(1)).toBe(true);
     await proxy.cut();
     clock.advance(100);
     await failedPolls(limiter, 1);
@@ -182,14 +189,15 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: the database fails while req
       outageGraceMs: 10 * MINUTE,
     });
     const waiting = settle(limiter.acquire({ timeoutMs: 10 * MINUTE }));
-    await until(() => queued(1), 'the request is queued');
+    await passes(limiter, 1);
+    expect(await queued(1)).toBe(true);
     await proxy.cut();
     clock.advance(100);
     await failedPolls(limiter, 1);
     await proxy.restore();
-    const passes = limiter.metrics.passes;
+    const before = limiter.metrics.passes;
     clock.advance(100); // the quick retry gets through
-    await until(() => limiter.metrics.passes > passes, 'a poll gets through');
+    await until(() => limiter.metrics.passes > before, 'a poll gets through');
     expect(waiting.settled()).toBe(false);
     await holder.release(held);
     // The slot is offered to the waiter; a poll of its own claims it.
