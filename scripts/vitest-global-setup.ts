@@ -1,6 +1,11 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { userInfo } from 'node:os';
+import { join, resolve } from 'node:path';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
-import { serverOf } from './postgres-config.js';
+import { serverOf, type PostgresServer } from './postgres-config.js';
 // @ts-expect-error plain ESM script without types
 import { ensurePostgres } from './postgres.mjs';
 
@@ -16,12 +21,18 @@ declare module 'vitest' {
   export interface ProvidedContext {
     /** Connection settings of a fresh database for this test run; `undefined` when PostgreSQL is unavailable. */
     postgres: PostgresTestConfig | undefined;
+    /**
+     * The same database behind a PgBouncer in transaction mode; `undefined` when pgbouncer is
+     * not installed (under CI=true that fails the run instead).
+     */
+    pgbouncer: PostgresTestConfig | undefined;
   }
 }
 
 /**
- * Finds or starts PostgreSQL, creates a database for this run, and drops it at the end.
- * Under CI=true a missing server fails the run instead of skipping the PostgreSQL suites.
+ * Finds or starts PostgreSQL, creates a database for this run, puts a PgBouncer in front of
+ * it, and drops it all at the end. Under CI=true a missing server or pgbouncer fails the run
+ * instead of skipping the suites that need them.
  */
 export default async function setup(project: TestProject) {
   const url = (await ensurePostgres()) as string | undefined;
@@ -30,6 +41,7 @@ export default async function setup(project: TestProject) {
       throw new Error('PostgreSQL is required under CI=true, and none could be found or started');
     console.warn('\n[sluice] No PostgreSQL server could be found or started: its test suites are skipped.\n');
     project.provide('postgres', undefined);
+    project.provide('pgbouncer', undefined);
     return;
   }
   const { server: config, database: adminDatabase } = serverOf(url);
@@ -39,10 +51,123 @@ export default async function setup(project: TestProject) {
   await admin.query(`CREATE DATABASE ${database}`);
   await admin.end();
   project.provide('postgres', { ...config, database });
+
+  const bouncer = await ensurePgBouncer(config, database);
+  project.provide('pgbouncer', bouncer?.config);
   return async () => {
+    await bouncer?.stop();
     const client = new pg.Client({ ...config, database: adminDatabase });
     await client.connect();
     await client.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
     await client.end();
   };
+}
+
+interface RunningPgBouncer {
+  config: PostgresTestConfig;
+  stop(): Promise<void>;
+}
+
+/**
+ * A PgBouncer in transaction mode in front of `server`: the one named by PGBOUNCER_URL when
+ * set (it must answer), else one started here on a free loopback port, from an ini written to
+ * .sluice/pgbouncer/, and stopped when the run ends.
+ *
+ * Clients log in without a password (`auth_type = any`, on 127.0.0.1 only) and PgBouncer logs
+ * in to PostgreSQL as one fixed role. pgbouncer refuses to run as root, so under root it drops
+ * to the `postgres` user, and then uses the `postgres` role over the socket, which peer
+ * authentication accepts.
+ */
+async function ensurePgBouncer(
+  server: PostgresServer,
+  database: string,
+): Promise<RunningPgBouncer | undefined> {
+  if (process.env.PGBOUNCER_URL) {
+    const { server: bouncer } = serverOf(process.env.PGBOUNCER_URL);
+    const config = { ...bouncer, database };
+    if (!(await answers(config))) throw new Error('PGBOUNCER_URL is set but PgBouncer does not answer');
+    return { config, stop: async () => undefined };
+  }
+  const binary =
+    ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].find((p) => existsSync(p)) ?? onPath('pgbouncer');
+  if (!binary) {
+    if (process.env.CI) throw new Error('pgbouncer is required under CI=true (apt-get install pgbouncer)');
+    console.warn('\n[sluice] pgbouncer is not installed: the PgBouncer suites are skipped.\n');
+    return undefined;
+  }
+  const root = process.getuid?.() === 0;
+  const host = server.host ?? '127.0.0.1';
+  const socket = host.startsWith('/');
+  const login =
+    root && socket
+      ? { user: 'postgres' }
+      : { user: server.user ?? userInfo().username, password: server.password };
+  const target = [
+    `host=${host}`,
+    `port=${server.port ?? 5432}`,
+    `user=${login.user}`,
+    ...(login.password ? [`password=${login.password}`] : []),
+  ].join(' ');
+  const port = await freePort();
+  const dir = resolve('.sluice/pgbouncer');
+  mkdirSync(dir, { recursive: true });
+  const ini = join(dir, 'pgbouncer.ini');
+  writeFileSync(
+    ini,
+    [
+      '[databases]',
+      `* = ${target}`,
+      '',
+      '[pgbouncer]',
+      'listen_addr = 127.0.0.1',
+      `listen_port = ${port}`,
+      'unix_socket_dir =',
+      'auth_type = any',
+      'pool_mode = transaction',
+      'max_client_conn = 1000',
+      'default_pool_size = 40',
+      'ignore_startup_parameters = extra_float_digits,options',
+      ...(root ? ['user = postgres'] : []),
+      '',
+    ].join('\n'),
+  );
+  const log = openSync(join(dir, 'pgbouncer.log'), 'a');
+  const child = spawn(binary, [ini], { stdio: ['ignore', log, log] });
+  const exited = new Promise<void>((done) => child.once('exit', () => done()));
+  const config = { host: '127.0.0.1', port, user: userInfo().username, database };
+  for (let i = 0; i < 100 && child.exitCode === null; i++) {
+    if (await answers(config)) return { config, stop: () => (child.kill('SIGTERM'), exited) };
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  child.kill('SIGKILL');
+  throw new Error(`PgBouncer did not start on 127.0.0.1:${port}; see ${join(dir, 'pgbouncer.log')}`);
+}
+
+async function answers(config: PostgresTestConfig): Promise<boolean> {
+  const client = new pg.Client({ ...config, connectionTimeoutMillis: 3000 });
+  try {
+    await client.connect();
+    await client.query('SELECT 1');
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+function onPath(name: string): string | undefined {
+  const found = spawnSync('sh', ['-c', `command -v ${name}`], { encoding: 'utf8' });
+  return found.status === 0 ? found.stdout.trim() : undefined;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const address = probe.address();
+      probe.close(() => resolvePort(typeof address === 'object' && address ? address.port : 0));
+    });
+  });
 }

@@ -53,7 +53,7 @@ interface PgPoolClientLike {
   query(text: string, params?: unknown[]): Promise<{ rows: unknown[] }>;
   release(error?: Error | boolean): void;
   on?(event: 'error', listener: (error: Error) => void): unknown;
-  off?(event: 'error', listener: (error: Error) => void): unknown;
+  removeListener?(event: 'error', listener: (error: Error) => void): unknown;
 }
 interface PgClientLike {
   connect(): Promise<unknown>;
@@ -106,8 +106,9 @@ export function fromPgPool(pool: PgPoolLike): Database {
     async transaction<T>(body: (tx: SqlClient) => Promise<T>, options?: TransactionOptions): Promise<T> {
       const client = await pool.connect();
       let broken: Error | undefined;
-      // A checked-out connection that the server ends between two statements emits 'error';
-      // with no listener that would end the process. The failed statement reports it.
+      // node-postgres emits 'error' on a checked-out client whose connection drops between two
+      // queries, and the pool listens only while the client is idle: without a listener of
+      // our own, a terminated backend would end the process. The next query fails instead.
       const onError = (error: Error) => (broken = error);
       client.on?.('error', onError);
       try {
@@ -134,7 +135,7 @@ export function fromPgPool(pool: PgPoolLike): Database {
         }
         throw error;
       } finally {
-        client.off?.('error', onError);
+        client.removeListener?.('error', onError);
         client.release(broken);
       }
     },

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Database, ListenSession } from './database.js';
+import { postgresDefaults } from './options.js';
 
 /** An offer announced by NOTIFY: lease `id` of limiter `l` for waiter `w`. */
 export interface OfferNotice {
@@ -24,6 +25,14 @@ export const channelPrefix = 'sluice_limiter_';
  * The session is a latency hint only. When it breaks, members fall back to polling at
  * their fast interval while the hub reconnects with backoff; after reconnecting, members
  * poll once to catch what was sent meanwhile.
+ *
+ * A new session is trusted only once it has received a NOTIFY of its own, sent through the
+ * pool. Behind a transaction-mode pooler (PgBouncer) LISTEN runs on whichever server
+ * connection is free and its notifications go nowhere: the probe times out, the session is
+ * closed, members poll, and LISTEN is tried again much later.
+ *
+ * The hub serves every limiter of a pool, whatever their clocks, and its timers measure
+ * network waits: they are Node's own.
  */
 export class ListenHub {
   readonly owner = randomBytes(6).toString('hex');
@@ -34,8 +43,11 @@ export class ListenHub {
   #session: ListenSession | undefined;
   #connecting: Promise<void> | undefined;
   #retryTimer: ReturnType<typeof setTimeout> | undefined;
-  #backoffMs = 100;
+  #backoffMs: number = postgresDefaults.listenReconnectMs[0];
   #pending: OfferNotice[] = [];
+  #probe: { token: string; settle(received: boolean): void } | undefined;
+  /** When a probe last failed (performance.now()): LISTEN is not tried again before the retry delay. */
+  #probeFailedAt = -Infinity;
   #closed = false;
 
   constructor(private readonly db: Database) {}
@@ -49,6 +61,7 @@ export class ListenHub {
     this.#members.delete(member);
     if (this.#members.size > 0) return;
     this.#closed = true;
+    this.#probe?.settle(false);
     clearTimeout(this.#retryTimer);
     this.#retryTimer = undefined;
     await this.#connecting?.catch(() => undefined);
@@ -60,41 +73,77 @@ export class ListenHub {
 
   /** Starts listening if it is not already; resolves once connected or failed. */
   ensureListening(): Promise<void> {
-    if (this.#closed || !this.db.listen || this.#session || this.#retryTimer)
+    const probeFailedRecently = performance.now() - this.#probeFailedAt < postgresDefaults.listenProbeRetryMs;
+    if (this.#closed || !this.db.listen || this.#session || this.#retryTimer || probeFailedRecently)
       return this.#connecting ?? Promise.resolve();
     this.#connecting ??= this.#connect().finally(() => (this.#connecting = undefined));
     return this.#connecting;
   }
 
   async #connect(): Promise<void> {
+    let session: ListenSession | undefined;
     try {
-      const session = await this.db.listen!(
+      session = await this.db.listen!(
         this.channel,
         (payload) => this.#onNotify(payload),
-        () => this.#onLost(),
+        () => this.#onLost(session),
       );
+      if (!this.#closed && !(await this.#probeSession())) {
+        await session.close();
+        if (!this.#closed) {
+          this.#probeFailedAt = performance.now();
+          this.#scheduleReconnect(postgresDefaults.listenProbeRetryMs);
+        }
+        return;
+      }
       if (this.#closed) {
         await session.close();
         return;
       }
       this.#session = session;
-      this.#backoffMs = 100;
+      this.#backoffMs = postgresDefaults.listenReconnectMs[0];
       this.#setListening(true);
     } catch {
+      await session?.close().catch(() => undefined);
       this.#scheduleReconnect();
     }
   }
 
-  #onLost(): void {
+  /** Whether a NOTIFY sent through the pool reaches the new session in time. */
+  async #probeSession(): Promise<boolean> {
+    const token = randomBytes(6).toString('hex');
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const received = new Promise<boolean>((resolve) => {
+      this.#probe = { token, settle: resolve };
+      timer = setTimeout(() => resolve(false), postgresDefaults.listenProbeMs);
+      timer.unref();
+    });
+    try {
+      await this.db.query('SELECT pg_notify($1::text, $2::text)', [
+        this.channel,
+        JSON.stringify({ probe: token }),
+      ]);
+      return await received;
+    } finally {
+      clearTimeout(timer);
+      this.#probe = undefined;
+    }
+  }
+
+  #onLost(session: ListenSession | undefined): void {
+    // A session that never passed its probe is not the hub's yet.
+    if (session === undefined || session !== this.#session) return;
     this.#session = undefined;
     this.#setListening(false);
     this.#scheduleReconnect();
   }
 
-  #scheduleReconnect(): void {
+  #scheduleReconnect(delay?: number): void {
     if (this.#closed || this.#retryTimer) return;
-    const delay = this.#backoffMs;
-    this.#backoffMs = Math.min(this.#backoffMs * 2, 5_000);
+    if (delay === undefined) {
+      delay = this.#backoffMs;
+      this.#backoffMs = Math.min(this.#backoffMs * 2, postgresDefaults.listenReconnectMs[1]);
+    }
     this.#retryTimer = setTimeout(() => {
       this.#retryTimer = undefined;
       void this.ensureListening();
@@ -110,10 +159,14 @@ export class ListenHub {
 
   // Notices of one tick are handed over together, so a member claims them in one statement.
   #onNotify(payload: string): void {
-    let notice: OfferNotice;
+    let notice: OfferNotice & { probe?: string };
     try {
-      notice = JSON.parse(payload) as OfferNotice;
+      notice = JSON.parse(payload) as OfferNotice & { probe?: string };
     } catch {
+      return;
+    }
+    if (notice.probe !== undefined) {
+      if (notice.probe === this.#probe?.token) this.#probe.settle(true);
       return;
     }
     if (this.#pending.push(notice) > 1) return;

@@ -4,6 +4,6 @@
  * `@sluice/postgres/database` subpath.
  */
 export { createPostgresConcurrencyLimiter, PostgresConcurrencyLimiter } from './postgres-limiter.js';
-export type { PostgresConcurrencyLimiterOptions } from './postgres-limiter.js';
+export type { PostgresConcurrencyLimiterOptions, PostgresSettings } from './options.js';
 export { postgresConcurrencySchemaSql } from './schema.js';
 export type { DatabaseInput } from './database.js';

@@ -1,6 +1,7 @@
+import { readFileSync } from 'node:fs';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ConcurrencyConfigError, ConcurrencyLimiterError } from 'sluice/concurrency';
+import { ConcurrencyConfigError, ConcurrencyLimiterError, ConcurrencyTimeoutError } from 'sluice/concurrency';
 import { createPostgresConcurrencyLimiter, postgresConcurrencySchemaSql } from '@sluice/postgres';
 import { createPool, postgresConfig, uniqueSchema } from './helpers.js';
 import { spawnWorker } from './workers/spawn.js';
@@ -29,7 +30,7 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: schema and stored limits', (
       `SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = $1`,
       [schema],
     );
-    expect(tables.rows[0].n).toBe(3);
+    expect(tables.rows[0].n).toBe(4); // limiters, leases, waiters, schema version
   }, 120_000);
 
   it('refuses a worker whose limits differ from the stored ones, naming the differences', async () => {
@@ -123,11 +124,75 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: schema and stored limits', (
     );
     expect(make({ schema: 'bad; drop' })).toThrow('Expected `schema` to be a plain SQL identifier');
     expect(make({ onConflict: 'merge' })).toThrow(
-      "Expected `onConflict` to be 'error' or 'replace', got `merge`",
+      "Expected `onConflict` to be 'error' or 'replace', got `\"merge\"`",
     );
     expect(make({ queueEntryTtl: 5 })).toThrow('Expected `queueEntryTtl` to be a known option');
     expect(() => createPostgresConcurrencyLimiter({ maxConcurrent: 1 } as never)).toThrow(
       ConcurrencyConfigError,
     );
+  });
+});
+
+describe.runIf(postgresConfig)('PostgreSQL limiter: schema versions', () => {
+  let pool: pg.Pool;
+  beforeAll(() => {
+    pool = createPool(8);
+  });
+  afterAll(() => pool.end());
+
+  const versions = async (schema: string) =>
+    (await pool.query(`SELECT version FROM ${schema}.concurrency_schema_version ORDER BY version`)).rows.map(
+      (r: { version: number }) => r.version,
+    );
+  const functions = async (schema: string) =>
+    (
+      await pool.query(
+        `SELECT p.proname AS name FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = $1 ORDER BY p.proname`,
+        [schema],
+      )
+    ).rows.map((r: { name: string }) => r.name);
+
+  it('upgrades a schema made by the first release, keeping its leases, with several workers starting at once', async () => {
+    const schema = uniqueSchema('upgrade');
+    // The schema as the first release made it (its SQL file, from git history), and a slot
+    // held by one of its workers.
+    const v1 = readFileSync(new URL('./fixtures/schema-v1.sql', import.meta.url), 'utf8');
+    await pool.query(v1.replaceAll('__SCHEMA__', `"${schema}"`));
+    const limits = { maxConcurrent: 1, maxQueued: null, leaseTtlMs: 30_000, defaultWorkload: 'default' };
+    const workloads = [{ name: 'default', maxConcurrent: 1, reserved: 0, priority: 0, maxWaitMs: null }];
+    await pool.query(`INSERT INTO ${schema}.concurrency_limiters (name, limits) VALUES ('old', $1::jsonb)`, [
+      JSON.stringify({ ...limits, workloads }),
+    ]);
+    await pool.query(
+      `INSERT INTO ${schema}.concurrency_leases (limiter, workload, fence, owner, acquired_at, expires_at)
+       VALUES ('old', 'default', nextval('${schema}.concurrency_fence'), 'old-worker', clock_timestamp(),
+         clock_timestamp() + interval '1 hour')`,
+    );
+    expect(await functions(schema)).toEqual(['concurrency_grant', 'concurrency_pass']);
+
+    const pools = Array.from({ length: 4 }, () => createPool(2));
+    const workers = pools.map((db) =>
+      createPostgresConcurrencyLimiter({ db, schema, name: 'old', maxConcurrent: 1, listen: false }),
+    );
+    await Promise.all(workers.map((w) => w.ready()));
+    expect(await versions(schema)).toEqual([1, 2]);
+    // The first release's pass function stays for its workers until they are all replaced.
+    expect(await functions(schema)).toEqual(['concurrency_grant', 'concurrency_pass', 'concurrency_pass_v2']);
+    // The old worker's slot still counts.
+    const [first] = workers;
+    const error = await first!.acquire({ timeoutMs: 200 }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ConcurrencyTimeoutError);
+    await pool.query(`DELETE FROM ${schema}.concurrency_leases WHERE owner = 'old-worker'`);
+    await first!.release(await first!.acquire({ timeoutMs: 5_000 }));
+    for (const w of workers) await w.close();
+    for (const p of pools) await p.end();
+  }, 60_000);
+
+  it('postgresConcurrencySchemaSql() records every version and can be applied again', async () => {
+    const schema = uniqueSchema('twice');
+    await pool.query(postgresConcurrencySchemaSql({ schema }));
+    await pool.query(postgresConcurrencySchemaSql({ schema }));
+    expect(await versions(schema)).toEqual([1, 2]);
   });
 });

@@ -74,13 +74,7 @@ export function allocate<E extends WaitingEntry>(input: AllocationInput<E>): All
   const expired: E[] = [];
 
   const active = input.active.slice();
-  let total = 0;
-  let sharedUsed = 0;
-  for (let i = 0; i < workloads.length; i++) {
-    const n = active[i] ?? 0;
-    total += n;
-    sharedUsed += Math.max(0, n - workloads[i]!.reserved);
-  }
+  let { total, sharedUsed } = usageOf(limits, active);
 
   const iterators: (Iterator<E> | undefined)[] = new Array(workloads.length);
   const heads: (E | undefined)[] = new Array(workloads.length);
@@ -119,9 +113,7 @@ export function allocate<E extends WaitingEntry>(input: AllocationInput<E>): All
     let bestEntry: E | undefined;
     for (let i = 0; i < workloads.length; i++) {
       const w = workloads[i]!;
-      const n = active[i]!;
-      if (n >= w.maxConcurrent) continue;
-      if (n >= w.reserved && sharedUsed >= limits.sharedSlots) continue;
+      if (!canTake(limits, active, i, total, sharedUsed)) continue;
       const head = headOf(i);
       if (head === undefined) continue;
       if (
@@ -143,18 +135,39 @@ export function allocate<E extends WaitingEntry>(input: AllocationInput<E>): All
   return { grants, expired };
 }
 
-/** Whether workload `index` could take one more slot given the slots in use. */
-export function hasRoom(limits: AllocationLimits, active: readonly number[], index: number): boolean {
-  const w = limits.workloads[index]!;
-  const n = active[index] ?? 0;
-  if (n >= w.maxConcurrent) return false;
+/** Slots in use in all, and how many of them are shared (unreserved) slots. */
+function usageOf(limits: AllocationLimits, active: readonly number[]): { total: number; sharedUsed: number } {
   let total = 0;
   let sharedUsed = 0;
   for (let i = 0; i < limits.workloads.length; i++) {
-    const a = active[i] ?? 0;
-    total += a;
-    sharedUsed += Math.max(0, a - limits.workloads[i]!.reserved);
+    const n = active[i] ?? 0;
+    total += n;
+    // A workload's first `reserved` slots are its own; only those beyond come from the shared pool.
+    sharedUsed += Math.max(0, n - limits.workloads[i]!.reserved);
   }
-  if (total >= limits.maxConcurrent) return false;
-  return n < w.reserved || sharedUsed < limits.sharedSlots;
+  return { total, sharedUsed };
+}
+
+/**
+ * The one statement of "room": workload `i` may take a slot when the limiter and the workload
+ * are under their ceilings, and the slot is one of its reserved ones or a free shared one.
+ */
+function canTake(
+  limits: AllocationLimits,
+  active: readonly number[],
+  i: number,
+  total: number,
+  sharedUsed: number,
+): boolean {
+  const w = limits.workloads[i]!;
+  const n = active[i] ?? 0;
+  return (
+    total < limits.maxConcurrent && n < w.maxConcurrent && (n < w.reserved || sharedUsed < limits.sharedSlots)
+  );
+}
+
+/** Whether workload `index` could take one more slot given the slots in use. */
+export function hasRoom(limits: AllocationLimits, active: readonly number[], index: number): boolean {
+  const { total, sharedUsed } = usageOf(limits, active);
+  return canTake(limits, active, index, total, sharedUsed);
 }

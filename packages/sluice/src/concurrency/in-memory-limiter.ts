@@ -1,14 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { allocate, hasRoom } from './allocate.js';
 import { systemClock, type Clock, type ClockTimer } from './clock.js';
-import { ConcurrencyQueueFullError, ConcurrencyTimeoutError, lineageOf } from './errors.js';
-import type {
-  AcquireRequest,
-  ConcurrencyLease,
-  ConcurrencyLimiter,
-  ConcurrencyStats,
-  WorkloadStats,
-} from './limiter.js';
+import { limiterErrors, prepareAcquire, statsOf, type LimiterErrors } from './front.js';
+import type { AcquireRequest, ConcurrencyLease, ConcurrencyLimiter, ConcurrencyStats } from './limiter.js';
 import {
   resolveLimiterOptions,
   resolveWorkload,
@@ -53,12 +47,6 @@ function capture(resolve: (lease: never) => void, reject: (error: unknown) => vo
   capturedReject = reject;
 }
 
-function minDefined(a: number | undefined, b: number | undefined): number | undefined {
-  if (a === undefined) return b;
-  if (b === undefined) return a;
-  return Math.min(a, b);
-}
-
 /**
  * The built-in limiter for one process. Every grant decision goes through the shared
  * `allocate` rules; grants, timeouts and cancellations settle synchronously, so a request is
@@ -73,7 +61,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
   readonly limits: ResolvedLimits<W>;
 
   readonly #clock: Clock;
-  readonly #byName = new Map<string, ResolvedWorkload<W>>();
+  readonly #errors: LimiterErrors;
   readonly #queues: WaitQueue<Waiter<W>>[];
   readonly #active: number[];
   readonly #leases = new Map<string, LeaseRecord>();
@@ -87,36 +75,23 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
     this.limits = resolveLimiterOptions(options);
     this.name = this.limits.name;
     this.#clock = options.clock ?? systemClock;
-    for (const w of this.limits.workloads) this.#byName.set(w.name, w);
+    this.#errors = limiterErrors(this.limits);
     this.#queues = this.limits.workloads.map(() => new WaitQueue<Waiter<W>>());
     this.#active = this.limits.workloads.map(() => 0);
   }
 
   validateWorkload(workload?: string): W {
-    return this.#workload(workload).name;
-  }
-
-  #workload(workload: string | undefined): ResolvedWorkload<W> {
-    return (workload !== undefined && this.#byName.get(workload)) || resolveWorkload(this.limits, workload);
+    return resolveWorkload(this.limits, workload).name;
   }
 
   acquire(request: AcquireRequest<W> = {}): Promise<ConcurrencyLease<W>> {
-    let workload: ResolvedWorkload<W>;
-    try {
-      workload = this.#workload(request.workload);
-    } catch (error) {
-      if (error instanceof Error) Object.assign(error, lineageOf(request));
-      return Promise.reject(error);
-    }
+    const prepared = prepareAcquire(this.limits, request);
+    if (!prepared.ok) return Promise.reject(prepared.error);
+    const { workload, timeoutMs } = prepared;
     const signal = request.signal;
-    if (signal?.aborted) return Promise.reject(signal.reason);
 
     const now = this.#clock.now();
     this.#sweep(now);
-    const timeoutMs = minDefined(workload.maxWaitMs, request.timeoutMs);
-    if (request.timeoutMs !== undefined && request.timeoutMs <= 0) {
-      return Promise.reject(this.#timeoutError(workload, request, 0, Math.max(0, request.timeoutMs)));
-    }
     // Between events every grantable waiter has been granted, so a workload with room has no
     // queue of its own and nobody eligible is ahead: grant at once.
     if (hasRoom(this.limits, this.#active, workload.index)) {
@@ -124,18 +99,11 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
     }
     const maxQueued = this.limits.maxQueued;
     if (maxQueued !== undefined && this.#queued >= maxQueued) {
-      return Promise.reject(
-        new ConcurrencyQueueFullError({
-          limiter: this.name,
-          workload: workload.name,
-          ...lineageOf(request),
-          maxQueued,
-          queued: this.#queued,
-        }),
-      );
+      return Promise.reject(this.#errors.queueFull(workload.name, request, this.#queued));
     }
+    // A workload whose maxWaitMs is 0 takes a free slot or none.
     if (timeoutMs !== undefined && timeoutMs <= 0) {
-      return Promise.reject(this.#timeoutError(workload, request, 0, timeoutMs));
+      return Promise.reject(this.#errors.timeout(workload.name, request, 0, timeoutMs));
     }
 
     const promise = new Promise<ConcurrencyLease<W>>(capture);
@@ -200,14 +168,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
 
   stats(): ConcurrencyStats<W> {
     this.#sweep(this.#clock.now());
-    const workloads = {} as Record<W, WorkloadStats>;
-    let active = 0;
-    for (const w of this.limits.workloads) {
-      const a = this.#active[w.index]!;
-      active += a;
-      workloads[w.name] = { active: a, queued: this.#queues[w.index]!.size };
-    }
-    return { active, queued: this.#queued, workloads };
+    return statsOf(this.limits, { active: this.#active, queued: this.#queues.map((q) => q.size) });
   }
 
   #grant(workload: number, now: number): ConcurrencyLease<W> {
@@ -242,22 +203,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
   #expire(waiter: Waiter<W>, now: number): void {
     this.#dequeue(waiter);
     const waitMs = now - (waiter.enqueuedAt ?? now);
-    waiter.reject(this.#timeoutError(waiter.workload, waiter.request, waitMs, waiter.timeoutMs ?? 0));
-  }
-
-  #timeoutError(
-    workload: ResolvedWorkload<W>,
-    request: AcquireRequest<W>,
-    waitMs: number,
-    timeoutMs: number,
-  ) {
-    return new ConcurrencyTimeoutError({
-      limiter: this.name,
-      workload: workload.name,
-      ...lineageOf(request),
-      waitMs,
-      timeoutMs,
-    });
+    waiter.reject(this.#errors.timeout(waiter.workload.name, waiter.request, waitMs, waiter.timeoutMs ?? 0));
   }
 
   /** Gives free slots to waiters, by the shared rules. */

@@ -1,14 +1,20 @@
 /**
- * `sluice/concurrency`: the provider-request limiter, the allocation rules every built-in
- * limiter shares, the slot lifecycle and the conformance suite for custom limiters.
- * No runtime dependencies.
+ * `sluice/concurrency`: the provider-request limiter, the slot lifecycle, and what it takes
+ * to write a limiter of your own. No runtime dependencies.
  */
-export { allocate, hasRoom } from './allocate.js';
-export type { AllocationInput, AllocationLimits, AllocationResult, Grant, WaitingEntry } from './allocate.js';
-export { ManualClock, systemClock, SECOND, MINUTE } from './clock.js';
-export type { Clock, ClockTimer } from './clock.js';
-export { concurrencyConformanceCases } from './conformance.js';
-export type { ConformanceCase, ConformanceOptions } from './conformance.js';
+
+// The limiter, its slots, errors and events: what an application uses.
+export { createConcurrencyLimiter, InMemoryConcurrencyLimiter } from './in-memory-limiter.js';
+export type {
+  AcquireRequest,
+  ConcurrencyLease,
+  ConcurrencyLimiter,
+  ConcurrencyStats,
+  WorkloadStats,
+} from './limiter.js';
+export type { ConcurrencyLimiterOptions, WorkloadOptions } from './options.js';
+export { acquireSlot } from './slot.js';
+export type { HeldSlot, SlotRequest } from './slot.js';
 export {
   ConcurrencyConfigError,
   ConcurrencyError,
@@ -17,7 +23,6 @@ export {
   ConcurrencyQueueFullError,
   ConcurrencyTimeoutError,
   TurnError,
-  lineageOf,
 } from './errors.js';
 export type { ConcurrencyErrorFields, RequestLineage } from './errors.js';
 export type {
@@ -27,22 +32,18 @@ export type {
   ConcurrencyEventType,
   ReleaseOutcome,
 } from './events.js';
-export { createConcurrencyLimiter, InMemoryConcurrencyLimiter } from './in-memory-limiter.js';
-export type {
-  AcquireRequest,
-  ConcurrencyLease,
-  ConcurrencyLimiter,
-  ConcurrencyStats,
-  WorkloadStats,
-} from './limiter.js';
-export { limiterDefaults, resolveLimiterOptions, resolveWorkload } from './options.js';
-export type {
-  ConcurrencyLimiterOptions,
-  ResolvedLimits,
-  ResolvedWorkload,
-  WorkloadOptions,
-} from './options.js';
-export { acquireSlot } from './slot.js';
-export type { HeldSlot, SlotRequest } from './slot.js';
-export { WaitQueue } from './wait-queue.js';
-export type { QueueNode } from './wait-queue.js';
+export { ManualClock, systemClock, SECOND, MINUTE } from './clock.js';
+export type { Clock, ClockTimer } from './clock.js';
+
+// Extension API, for a limiter of your own (the PostgreSQL limiter is built from these): the
+// allocation rules, option checks, request preparation, errors and stats that the built-in
+// limiters share, and the conformance suite it must pass.
+export { allocate } from './allocate.js';
+export type { AllocationInput, AllocationLimits, AllocationResult, Grant, WaitingEntry } from './allocate.js';
+export { optionError, resolveLimiterOptions, resolveWorkload } from './options.js';
+export type { ResolvedLimits, ResolvedWorkload } from './options.js';
+export { limiterErrors, prepareAcquire, statsOf } from './front.js';
+export type { LimiterErrors, PreparedAcquire, WorkloadCounts } from './front.js';
+export { lineageOf } from './errors.js';
+export { concurrencyConformanceCases } from './conformance.js';
+export type { ConformanceCase, ConformanceOptions } from './conformance.js';

@@ -1,5 +1,5 @@
 import { SECOND, type Clock } from './clock.js';
-import { ConcurrencyConfigError } from './errors.js';
+import { ConcurrencyConfigError, lineageOf, type RequestLineage } from './errors.js';
 
 /** Settings of one named workload. */
 export interface WorkloadOptions {
@@ -104,6 +104,27 @@ function show(value: unknown): string {
   }
 }
 
+/**
+ * A `ConcurrencyConfigError` in the one message style of every limiter option:
+ * ``Expected `field` to be <expected>, got `<value>` ``. For limiters with options of their own.
+ *
+ * @example
+ * throw optionError('claude', 'pollIntervalMs', 'a whole number >= 1', 0);
+ * // Expected `pollIntervalMs` to be a whole number >= 1, got `0`
+ */
+export function optionError(
+  limiter: string,
+  field: string,
+  expected: string,
+  value: unknown,
+): ConcurrencyConfigError {
+  return new ConcurrencyConfigError(`Expected \`${field}\` to be ${expected}, got \`${show(value)}\``, {
+    limiter,
+    field,
+    value,
+  });
+}
+
 function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
@@ -121,11 +142,7 @@ export function resolveLimiterOptions<W extends string>(
   const rawName = isPlainObject(options) ? options.name : undefined;
   const limiter = typeof rawName === 'string' && rawName.length > 0 ? rawName : limiterDefaults.name;
   const fail = (field: string, expected: string, value: unknown): never => {
-    throw new ConcurrencyConfigError(`Expected \`${field}\` to be ${expected}, got \`${show(value)}\``, {
-      limiter,
-      field,
-      value,
-    });
+    throw optionError(limiter, field, expected, value);
   };
   const wholeNumber = (
     field: string,
@@ -253,18 +270,19 @@ export function resolveLimiterOptions<W extends string>(
 /**
  * Resolves the workload a request runs in: the one it names, else the limiter's default.
  * Throws `ConcurrencyConfigError` for an unknown name, or when none is named and the limiter
- * has several workloads and no default.
+ * has several workloads and no default; the error carries `lineage` (the request's run ids).
  */
 export function resolveWorkload<W extends string>(
   limits: ResolvedLimits<W>,
   workload: string | undefined,
+  lineage: RequestLineage = {},
 ): ResolvedWorkload<W> {
   const name = workload ?? limits.defaultWorkload;
   if (name === undefined) {
     const names = limits.workloads.map((w) => show(w.name)).join(', ');
     throw new ConcurrencyConfigError(
       `Limiter \`${limits.name}\` has several workloads (${names}) and no defaultWorkload: a request must name one`,
-      { limiter: limits.name, field: 'workload', value: undefined },
+      { limiter: limits.name, ...lineageOf(lineage), field: 'workload', value: undefined },
     );
   }
   const found = limits.workloads.find((w) => w.name === name);
@@ -272,7 +290,7 @@ export function resolveWorkload<W extends string>(
     const names = limits.workloads.map((w) => show(w.name)).join(', ');
     throw new ConcurrencyConfigError(
       `Expected \`workload\` to be one of limiter \`${limits.name}\`'s workloads (${names}), got \`${show(name)}\``,
-      { limiter: limits.name, workload: String(name), field: 'workload', value: name },
+      { limiter: limits.name, workload: String(name), ...lineageOf(lineage), field: 'workload', value: name },
     );
   }
   return found;

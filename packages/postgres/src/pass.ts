@@ -1,0 +1,241 @@
+/**
+ * One allocation pass, between its two SQL calls: decode what `concurrency_pass_v2` read
+ * under the limiter's row lock, then decide who gets a slot (the shared `allocate` rules) and
+ * what becomes of the requests this pass put in the queue. Pure: no SQL, no clock.
+ */
+import { allocate } from 'sluice/concurrency';
+import type { LeaseRow } from './queries.js';
+import { allocationLimits, type StoredLimits } from './stored-limits.js';
+
+/** A row of `concurrency_pass_v2` as the driver returns it (see sql/002_named_pass_columns.sql). */
+export interface PassRow {
+  readonly kind: string;
+  readonly workload: string | null;
+  readonly count: number | null;
+  readonly waiter_id: string | null;
+  readonly owner: string | null;
+  readonly seq: number | null;
+  readonly limits_json: string | null;
+  readonly next_expiry_ms: number | null;
+  readonly lease_id: string | null;
+  readonly fence: number | null;
+  readonly acquired_at: number | null;
+  readonly expires_at: number | null;
+}
+
+/** A request at the head of its workload's queue. */
+export interface QueueHead {
+  /** Arrival number, across the limiter. */
+  readonly seq: number;
+  /** The waiter's id. */
+  readonly id: string;
+  /** The process that waits for it. */
+  readonly owner: string;
+  readonly workload: string;
+}
+
+/** One row, decoded: a discriminated union on `kind`. */
+export type PassItem =
+  | { readonly kind: 'present'; readonly waiterId: string }
+  | { readonly kind: 'claimed'; readonly lease: LeaseRow }
+  | { readonly kind: 'limits'; readonly limits: StoredLimits }
+  | { readonly kind: 'active'; readonly workload: string; readonly count: number }
+  | { readonly kind: 'queued'; readonly workload: string; readonly count: number }
+  | { readonly kind: 'next-expiry'; readonly inMs: number }
+  | { readonly kind: 'head'; readonly head: QueueHead };
+
+/** Decodes one row; throws on a kind it does not know or a column its kind needs that is missing. */
+export function decodePassRow(row: PassRow): PassItem {
+  const need = <K extends keyof PassRow>(column: K): NonNullable<PassRow[K]> => {
+    const value = row[column];
+    if (value === null || value === undefined) {
+      throw new Error(`concurrency_pass_v2 returned a \`${row.kind}\` row without \`${column}\``);
+    }
+    return value as NonNullable<PassRow[K]>;
+  };
+  switch (row.kind) {
+    case 'present':
+      return { kind: 'present', waiterId: need('waiter_id') };
+    case 'claimed':
+      return {
+        kind: 'claimed',
+        lease: {
+          id: need('lease_id'),
+          workload: need('workload'),
+          fence: need('fence'),
+          owner: need('owner'),
+          offered: false,
+          waiter_id: need('waiter_id'),
+          acquired_at: need('acquired_at'),
+          expires_at: need('expires_at'),
+        },
+      };
+    case 'limits':
+      return { kind: 'limits', limits: JSON.parse(need('limits_json')) as StoredLimits };
+    case 'active':
+    case 'queued':
+      return { kind: row.kind, workload: need('workload'), count: need('count') };
+    case 'next-expiry':
+      return { kind: 'next-expiry', inMs: need('next_expiry_ms') };
+    case 'head':
+      return {
+        kind: 'head',
+        head: { seq: need('seq'), id: need('waiter_id'), owner: need('owner'), workload: need('workload') },
+      };
+    default:
+      throw new Error(`concurrency_pass_v2 returned a row of unknown kind \`${row.kind}\``);
+  }
+}
+
+/** What one pass read, after its sweep: all that the decisions need. */
+export interface PassState {
+  readonly limits: StoredLimits;
+  /** Slots in use per workload, indexed like `limits.workloads`. */
+  readonly active: number[];
+  /** Requests waiting, in all (the ones this pass added included). */
+  readonly queued: number;
+  /** The first waiters of each workload, oldest first, indexed like `limits.workloads`. */
+  readonly heads: QueueHead[][];
+  /** Heartbeated waiters whose queue entry is still there. */
+  readonly present: Set<string>;
+  /** Offers to heartbeated waiters, claimed by this pass: their leases. */
+  readonly claimed: LeaseRow[];
+  /** When the next lease lapses, in milliseconds from the pass; absent when none is held. */
+  readonly nextExpiryMs: number | undefined;
+}
+
+/**
+ * Decodes a pass's rows. `undefined` when there is no `limits` row: the function found no
+ * limiter of that name. Counts and heads of a workload the stored limits do not name (one
+ * removed by `onConflict: 'replace'`) are left out.
+ */
+export function decodePass(rows: readonly PassRow[]): PassState | undefined {
+  const items = rows.map(decodePassRow);
+  const limitsItem = items.find((item) => item.kind === 'limits');
+  if (limitsItem === undefined) return undefined;
+  const limits = limitsItem.limits;
+  const index = new Map(limits.workloads.map((w, i) => [w.name, i]));
+  const active = limits.workloads.map(() => 0);
+  const heads: QueueHead[][] = limits.workloads.map(() => []);
+  const present = new Set<string>();
+  const claimed: LeaseRow[] = [];
+  let queued = 0;
+  let nextExpiryMs: number | undefined;
+  for (const item of items) {
+    switch (item.kind) {
+      case 'limits':
+        break;
+      case 'present':
+        present.add(item.waiterId);
+        break;
+      case 'claimed':
+        claimed.push(item.lease);
+        break;
+      case 'next-expiry':
+        nextExpiryMs = item.inMs;
+        break;
+      case 'active': {
+        const i = index.get(item.workload);
+        if (i !== undefined) active[i] = item.count;
+        break;
+      }
+      case 'queued':
+        if (index.has(item.workload)) queued += item.count;
+        break;
+      case 'head': {
+        const i = index.get(item.head.workload);
+        if (i !== undefined) heads[i]!.push(item.head);
+        break;
+      }
+      default: {
+        const unknown: never = item;
+        throw new Error(`unhandled pass item ${JSON.stringify(unknown)}`);
+      }
+    }
+  }
+  for (const list of heads) list.sort((a, b) => a.seq - b.seq);
+  return { limits, active, queued, heads, present, claimed, nextExpiryMs };
+}
+
+/** A request this pass puts in the queue. */
+export interface Enqueue {
+  readonly id: string;
+  readonly workload: string;
+  /** How long it may still wait; `undefined` for no deadline, 0 for a free slot or none. */
+  readonly timeoutMs: number | undefined;
+}
+
+/** What becomes of a request this pass put in the queue. */
+export type EnqueueOutcome =
+  | { readonly kind: 'granted' }
+  | { readonly kind: 'waiting' }
+  | { readonly kind: 'queue-full'; readonly queued: number; readonly maxQueued: number }
+  | { readonly kind: 'timed-out' };
+
+export interface EnqueueDecisions {
+  readonly outcomes: ReadonlyMap<string, EnqueueOutcome>;
+  /** Entries to remove again without a grant. */
+  readonly dropped: string[];
+}
+
+/**
+ * What becomes of the requests a pass added, in arrival order: granted if the rules chose
+ * them; otherwise refused when the queue already holds `maxQueued` other requests, timed out
+ * when they may not wait at all, and waiting otherwise (each one that stays counts against
+ * the next).
+ */
+export function decideEnqueues(input: {
+  readonly enqueues: readonly Pick<Enqueue, 'id' | 'timeoutMs'>[];
+  /** Every waiter the rules chose in this pass, old entries and new. */
+  readonly granted: ReadonlySet<string>;
+  /** Requests waiting before the grants, the new ones included. */
+  readonly queued: number;
+  readonly maxQueued: number | null;
+}): EnqueueDecisions {
+  const { enqueues, granted, maxQueued } = input;
+  const outcomes = new Map<string, EnqueueOutcome>();
+  const dropped: string[] = [];
+  const newNotGranted = enqueues.filter((e) => !granted.has(e.id)).length;
+  // Requests that were already waiting and stay waiting after this pass's grants.
+  let others = input.queued - granted.size - newNotGranted;
+  for (const e of enqueues) {
+    if (granted.has(e.id)) outcomes.set(e.id, { kind: 'granted' });
+    else if (maxQueued !== null && others >= maxQueued) {
+      outcomes.set(e.id, { kind: 'queue-full', queued: others, maxQueued });
+      dropped.push(e.id);
+    } else if (e.timeoutMs === 0) {
+      outcomes.set(e.id, { kind: 'timed-out' });
+      dropped.push(e.id);
+    } else {
+      outcomes.set(e.id, { kind: 'waiting' });
+      others++;
+    }
+  }
+  return { outcomes, dropped };
+}
+
+/** The decisions of one pass: who gets a slot, and what becomes of the new requests. */
+export interface PassPlan extends EnqueueDecisions {
+  /** Waiters to grant now, in the order the rules serve them. */
+  readonly grants: QueueHead[];
+}
+
+/**
+ * Decides a pass. Deadlines and lapsed entries were swept in SQL, in database time, so the
+ * rules see only live entries and need no clock.
+ */
+export function planPass(state: PassState, enqueues: readonly Enqueue[]): PassPlan {
+  const grants = allocate({
+    limits: allocationLimits(state.limits),
+    active: state.active,
+    waiting: state.heads,
+    now: 0,
+  }).grants.map((g) => g.entry);
+  const decisions = decideEnqueues({
+    enqueues,
+    granted: new Set(grants.map((g) => g.id)),
+    queued: state.queued,
+    maxQueued: state.limits.maxQueued,
+  });
+  return { grants, ...decisions };
+}

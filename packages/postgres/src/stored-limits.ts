@@ -1,0 +1,75 @@
+/**
+ * The limits as stored in the database (`concurrency_limiters.limits`). Every worker that
+ * shares a limiter name must agree on them; allocation always uses the stored ones, so
+ * workers never apply two sets of rules at once. Pure: no SQL here.
+ */
+import type { AllocationLimits, ResolvedLimits } from 'sluice/concurrency';
+
+export interface StoredLimits {
+  readonly maxConcurrent: number;
+  readonly maxQueued: number | null;
+  readonly leaseTtlMs: number;
+  readonly defaultWorkload: string | null;
+  readonly workloads: readonly StoredWorkload[];
+}
+
+export interface StoredWorkload {
+  readonly name: string;
+  readonly maxConcurrent: number;
+  readonly reserved: number;
+  readonly priority: number;
+  readonly maxWaitMs: number | null;
+}
+
+/** The stored form of resolved limits (JSON has no `undefined`: absent values are `null`). */
+export function storedForm(limits: ResolvedLimits<string>): StoredLimits {
+  return {
+    maxConcurrent: limits.maxConcurrent,
+    maxQueued: limits.maxQueued ?? null,
+    leaseTtlMs: limits.leaseTtlMs,
+    defaultWorkload: limits.defaultWorkload ?? null,
+    workloads: limits.workloads.map((w) => ({
+      name: w.name,
+      maxConcurrent: w.maxConcurrent,
+      reserved: w.reserved,
+      priority: w.priority,
+      maxWaitMs: w.maxWaitMs ?? null,
+    })),
+  };
+}
+
+/**
+ * Every difference between this worker's limits and the stored ones, each as
+ * `<field> <mine> here, <stored> stored`; empty when they agree.
+ */
+export function differences(mine: StoredLimits, stored: StoredLimits): string[] {
+  const out: string[] = [];
+  for (const key of ['maxConcurrent', 'maxQueued', 'leaseTtlMs', 'defaultWorkload'] as const) {
+    if (mine[key] !== stored[key]) out.push(`${key} ${mine[key]} here, ${stored[key]} stored`);
+  }
+  const names = (l: StoredLimits) => l.workloads.map((w) => w.name).join(', ');
+  if (names(mine) !== names(stored)) {
+    out.push(`workloads (${names(mine)}) here, (${names(stored)}) stored`);
+    return out;
+  }
+  for (const [i, w] of mine.workloads.entries()) {
+    const s = stored.workloads[i]!;
+    for (const key of ['maxConcurrent', 'reserved', 'priority', 'maxWaitMs'] as const) {
+      if (w[key] !== s[key]) out.push(`workloads.${w.name}.${key} ${w[key]} here, ${s[key]} stored`);
+    }
+  }
+  return out;
+}
+
+/**
+ * What `allocate` reads, from stored limits. `sharedSlots` is computed as
+ * `resolveLimiterOptions` computes it: `maxConcurrent` minus every reservation.
+ */
+export function allocationLimits(stored: StoredLimits): AllocationLimits {
+  const reserved = stored.workloads.reduce((sum, w) => sum + w.reserved, 0);
+  return {
+    maxConcurrent: stored.maxConcurrent,
+    sharedSlots: stored.maxConcurrent - reserved,
+    workloads: stored.workloads,
+  };
+}

@@ -1,0 +1,184 @@
+import { describe, expect, it } from 'vitest';
+import { resolveLimiterOptions } from 'sluice/concurrency';
+import { decideEnqueues, decodePass, decodePassRow, planPass, type PassRow } from '../../src/pass.js';
+import { storedForm } from '../../src/stored-limits.js';
+
+const stored = storedForm(
+  resolveLimiterOptions({
+    maxConcurrent: 3,
+    maxQueued: 4,
+    workloads: { vip: { reserved: 1, priority: 10 }, bulk: { maxConcurrent: 2 } },
+  }),
+);
+
+const empty: PassRow = {
+  kind: '',
+  workload: null,
+  count: null,
+  waiter_id: null,
+  owner: null,
+  seq: null,
+  limits_json: null,
+  next_expiry_ms: null,
+  lease_id: null,
+  fence: null,
+  acquired_at: null,
+  expires_at: null,
+};
+const row = (fields: Partial<PassRow>): PassRow => ({ ...empty, ...fields });
+const limitsRow = row({ kind: 'limits', limits_json: JSON.stringify(stored) });
+const head = (workload: string, seq: number, owner = 'me') =>
+  row({ kind: 'head', workload, seq, waiter_id: `w${seq}`, owner });
+
+describe('decoding a pass', () => {
+  it('decodes each kind of row into its own shape', () => {
+    expect(decodePassRow(row({ kind: 'present', waiter_id: 'w1' }))).toEqual({
+      kind: 'present',
+      waiterId: 'w1',
+    });
+    expect(decodePassRow(limitsRow)).toEqual({ kind: 'limits', limits: stored });
+    expect(decodePassRow(row({ kind: 'active', workload: 'vip', count: 2 }))).toEqual({
+      kind: 'active',
+      workload: 'vip',
+      count: 2,
+    });
+    expect(decodePassRow(row({ kind: 'next-expiry', next_expiry_ms: 12.5 }))).toEqual({
+      kind: 'next-expiry',
+      inMs: 12.5,
+    });
+    expect(decodePassRow(head('bulk', 7, 'other'))).toEqual({
+      kind: 'head',
+      head: { seq: 7, id: 'w7', owner: 'other', workload: 'bulk' },
+    });
+    expect(
+      decodePassRow(
+        row({
+          kind: 'claimed',
+          lease_id: 'l1',
+          workload: 'vip',
+          owner: 'me',
+          seq: 3,
+          fence: 41,
+          waiter_id: 'w3',
+          acquired_at: 1000,
+          expires_at: 31_000,
+        }),
+      ),
+    ).toEqual({
+      kind: 'claimed',
+      lease: {
+        id: 'l1',
+        workload: 'vip',
+        fence: 41,
+        owner: 'me',
+        offered: false,
+        waiter_id: 'w3',
+        acquired_at: 1000,
+        expires_at: 31_000,
+      },
+    });
+  });
+
+  it('refuses a row of an unknown kind, or without a column its kind needs', () => {
+    expect(() => decodePassRow(row({ kind: 'lease' }))).toThrow(
+      'concurrency_pass_v2 returned a row of unknown kind `lease`',
+    );
+    expect(() => decodePassRow(row({ kind: 'head', workload: 'vip', seq: 1, owner: 'me' }))).toThrow(
+      'concurrency_pass_v2 returned a `head` row without `waiter_id`',
+    );
+    expect(() => decodePassRow(row({ kind: 'active', workload: 'vip' }))).toThrow('without `count`');
+  });
+
+  it('folds the rows into the state the rules need, heads in arrival order', () => {
+    const state = decodePass([
+      row({ kind: 'present', waiter_id: 'w9' }),
+      limitsRow,
+      row({ kind: 'active', workload: 'bulk', count: 2 }),
+      row({ kind: 'active', workload: 'gone', count: 5 }),
+      row({ kind: 'queued', workload: 'vip', count: 1 }),
+      row({ kind: 'queued', workload: 'bulk', count: 2 }),
+      row({ kind: 'next-expiry', next_expiry_ms: 250 }),
+      head('bulk', 9),
+      head('bulk', 4),
+      head('vip', 6),
+    ])!;
+    expect(state.limits).toEqual(stored);
+    expect(state.active).toEqual([0, 2]);
+    expect(state.queued).toBe(3);
+    expect(state.heads.map((list) => list.map((h) => h.seq))).toEqual([[6], [4, 9]]);
+    expect([...state.present]).toEqual(['w9']);
+    expect(state.claimed).toEqual([]);
+    expect(state.nextExpiryMs).toBe(250);
+  });
+
+  it('without a limits row, there is no such limiter', () => {
+    expect(decodePass([])).toBeUndefined();
+  });
+});
+
+describe('deciding the new entries of a pass', () => {
+  it('in arrival order: granted, waiting, then queue-full once maxQueued others wait', () => {
+    const { outcomes, dropped } = decideEnqueues({
+      enqueues: [
+        { id: 'a', timeoutMs: undefined },
+        { id: 'b', timeoutMs: 500 },
+        { id: 'c', timeoutMs: undefined },
+        { id: 'd', timeoutMs: undefined },
+      ],
+      granted: new Set(['a', 'old1']),
+      queued: 7, // old1, old2, old3 and the four new ones
+      maxQueued: 3,
+    });
+    // Waiting after the grants: old2, old3 (2 others); b joins (3), then c and d find it full.
+    expect([...outcomes]).toEqual([
+      ['a', { kind: 'granted' }],
+      ['b', { kind: 'waiting' }],
+      ['c', { kind: 'queue-full', queued: 3, maxQueued: 3 }],
+      ['d', { kind: 'queue-full', queued: 3, maxQueued: 3 }],
+    ]);
+    expect(dropped).toEqual(['c', 'd']);
+  });
+
+  it('a request that may not wait (0 left) is timed out unless granted; no maxQueued means no limit', () => {
+    const { outcomes, dropped } = decideEnqueues({
+      enqueues: [
+        { id: 'a', timeoutMs: 0 },
+        { id: 'b', timeoutMs: 0 },
+        { id: 'c', timeoutMs: undefined },
+      ],
+      granted: new Set(['b']),
+      queued: 1000,
+      maxQueued: null,
+    });
+    expect([...outcomes]).toEqual([
+      ['a', { kind: 'timed-out' }],
+      ['b', { kind: 'granted' }],
+      ['c', { kind: 'waiting' }],
+    ]);
+    expect(dropped).toEqual(['a']);
+  });
+
+  it('plans a pass with the shared rules: priority first, reservations kept, ceilings held', () => {
+    const state = decodePass([
+      limitsRow,
+      row({ kind: 'active', workload: 'bulk', count: 1 }),
+      row({ kind: 'queued', workload: 'vip', count: 1 }),
+      row({ kind: 'queued', workload: 'bulk', count: 3 }),
+      head('bulk', 1, 'other'),
+      head('bulk', 2),
+      head('bulk', 3),
+      head('vip', 4),
+    ])!;
+    const plan = planPass(state, [
+      { id: 'w3', workload: 'bulk', timeoutMs: undefined },
+      { id: 'w4', workload: 'vip', timeoutMs: 0 },
+    ]);
+    // 3 slots, 1 in use by bulk: vip (priority) takes its reserved one, bulk its second and last.
+    expect(plan.grants.map((g) => g.id)).toEqual(['w4', 'w1']);
+    expect([...plan.outcomes]).toEqual([
+      ['w3', { kind: 'waiting' }],
+      ['w4', { kind: 'granted' }],
+    ]);
+    expect(plan.dropped).toEqual([]);
+  });
+});
