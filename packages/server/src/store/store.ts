@@ -9,6 +9,7 @@ import {
   writeSync,
 } from 'node:fs';
 import { dirname } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { splitSqlStatements, toDatabase, type Database } from '@sluice/postgres/database';
@@ -33,6 +34,8 @@ export interface StoreOptions {
   poolSize?: number;
   /** Errors of idle connections (a restarted or terminated server): reported, never thrown. */
   onError?: (error: Error) => void;
+  /** Stops waiting for a PostgreSQL server that is not up yet (a signal during start-up). */
+  signal?: AbortSignal;
 }
 
 /**
@@ -75,7 +78,12 @@ async function openPostgres(url: string, options: StoreOptions): Promise<Store> 
         throw error;
       }
       options.onError?.(error as Error);
-      await new Promise((resolve) => setTimeout(resolve, delay));
+      try {
+        await sleep(delay, undefined, { signal: options.signal });
+      } catch (aborted) {
+        await pool.end().catch(() => undefined);
+        throw aborted;
+      }
     }
   }
   return { db, ping: (timeoutMs) => ping(db, timeoutMs), close: () => pool.end() };
