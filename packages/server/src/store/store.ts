@@ -1,6 +1,8 @@
+import { randomBytes } from 'node:crypto';
 import {
   closeSync,
   existsSync,
+  linkSync,
   mkdirSync,
   openSync,
   readdirSync,
@@ -107,40 +109,61 @@ async function openEmbedded(dataDir: string): Promise<Store> {
       ping: (timeoutMs) => ping(db, timeoutMs),
       close: async () => {
         await opened.close();
-        rmSync(lock, { force: true });
+        releaseLock(lock);
       },
     };
   } catch (error) {
     await handle?.close().catch(() => undefined);
-    rmSync(lock, { force: true });
+    releaseLock(lock);
     throw error;
   }
 }
 
+/** The lock files this process holds: its own pid in one means in use, not left over. */
+const heldLocks = new Set<string>();
+
+function releaseLock(lock: string): void {
+  rmSync(lock, { force: true });
+  heldLocks.delete(lock);
+}
+
 /**
- * Embedded PGlite is one process's database. The lock file is created exclusively (`wx`), so
- * two processes starting at once cannot both pass; a lock left by a dead process is taken over.
+ * Embedded PGlite is one process's database. The lock file appears at once with its content (a
+ * complete file is hard-linked into place, which fails if one is there), so two processes
+ * starting at once cannot both pass, nor read a lock that is still empty. A lock left by a dead
+ * process is taken over, also one with this process's pid (a container's PID 1 of an earlier
+ * boot) unless this process holds it.
  */
 function takeLock(lock: string, dataDir: string): void {
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      const fd = openSync(lock, 'wx', 0o600);
-      writeSync(fd, String(process.pid));
-      closeSync(fd);
-      return;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      const pid = Number(readFileSync(lock, 'utf8'));
-      if (pid !== process.pid && isAlive(pid)) {
-        throw new Error(
-          `The embedded database ${dataDir} is in use by process ${pid} (a running server?). ` +
-            'Stop it first, or set DATABASE_URL to share a PostgreSQL server.',
-        );
-      }
-      rmSync(lock, { force: true });
-    }
+  const draft = `${lock}.${process.pid}.${randomBytes(4).toString('hex')}`;
+  const fd = openSync(draft, 'wx', 0o600);
+  try {
+    writeSync(fd, String(process.pid));
+  } finally {
+    closeSync(fd);
   }
-  throw new Error(`Could not take the lock ${lock}`);
+  try {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      try {
+        linkSync(draft, lock);
+        heldLocks.add(lock);
+        return;
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+        const pid = Number(readFileSync(lock, 'utf8'));
+        if ((pid === process.pid && heldLocks.has(lock)) || (pid !== process.pid && isAlive(pid))) {
+          throw new Error(
+            `The embedded database ${dataDir} is in use by process ${pid} (a running server?). ` +
+              'Stop it first, or set DATABASE_URL to share a PostgreSQL server.',
+          );
+        }
+        rmSync(lock, { force: true });
+      }
+    }
+    throw new Error(`Could not take the lock ${lock}`);
+  } finally {
+    rmSync(draft, { force: true });
+  }
 }
 
 function isConnectionError(error: unknown): boolean {

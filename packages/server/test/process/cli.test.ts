@@ -6,7 +6,16 @@ import { openStore } from '@sluice/server';
 import { startProviderStandIn } from '@sluice/testkit';
 import { insertRun } from '../../src/runs/store.js';
 import { afterThisTest, postgres, until } from '../helpers.js';
-import { echoConfig, send, servingLine, slowConfig, sluice, startServer, tempDir, testDatabase } from './harness.js';
+import {
+  echoConfig,
+  send,
+  servingLine,
+  slowConfig,
+  sluice,
+  startServer,
+  tempDir,
+  testDatabase,
+} from './harness.js';
 
 // `node packages/server/bin/sluice.js serve`, as a process manager starts it, signalled or
 // failing while it starts. (A SIGTERM once it serves is in ../package.test.ts.)
@@ -61,50 +70,61 @@ describe('sluice serve, signalled while it starts', () => {
     expect(await again.closed).toEqual({ code: 0, signal: null });
   }, 180_000);
 
-  it.runIf(postgres)('issue 8 item 6: SIGTERM while the database is still unreachable at start ends the process with code 0, instead of retrying it for a minute', async () => {
-    const database = await deadDatabase();
-    const provider = await startProviderStandIn();
-    afterThisTest(() => provider.close());
-    const cli = sluice(['serve', '--port', '0', '--config', echoConfig], {
-      env: { DATABASE_URL: `postgresql://root@127.0.0.1:${database.port}/sluice`, PROVIDER_URL: provider.url },
-    });
-    await eventually(() => database.attempts() > 0 || cli.child.exitCode !== null, 'a connection attempt');
-    cli.child.kill('SIGTERM');
-    expect(await cli.closed).toEqual({ code: 0, signal: null });
-    expect(cli.output()).not.toMatch(servingLine);
-  }, 120_000);
+  it.runIf(postgres)(
+    'issue 8 item 6: SIGTERM while the database is still unreachable at start ends the process with code 0, instead of retrying it for a minute',
+    async () => {
+      const database = await deadDatabase();
+      const provider = await startProviderStandIn();
+      afterThisTest(() => provider.close());
+      const cli = sluice(['serve', '--port', '0', '--config', echoConfig], {
+        env: {
+          DATABASE_URL: `postgresql://root@127.0.0.1:${database.port}/sluice`,
+          PROVIDER_URL: provider.url,
+        },
+      });
+      await eventually(() => database.attempts() > 0 || cli.child.exitCode !== null, 'a connection attempt');
+      cli.child.kill('SIGTERM');
+      expect(await cli.closed).toEqual({ code: 0, signal: null });
+      expect(cli.output()).not.toMatch(servingLine);
+    },
+    120_000,
+  );
 });
 
 describe('sluice serve on a port already taken (L6)', () => {
-  it.runIf(postgres)('L6: a second server on a busy port exits 1 and claims nothing: the queued run stays queued, no node registered', async () => {
-    const database = await testDatabase();
-    const provider = await startProviderStandIn({ reply: () => ({ stall: true }) });
-    afterThisTest(() => provider.close());
-    const env = { DATABASE_URL: database.url, PROVIDER_URL: provider.url, AGENT_RUN_CONCURRENCY: '1' };
-    const first = await startServer(env);
-    const { secret: token } = await database.token();
-    // The first server's only worker hangs on one run, so the next one waits in the queue.
-    const busy = await send(first.url, 'POST', '/api/client/v1/agents/echo/runs', {
-      token,
-      body: { input: 'busy', wait: false },
-    });
-    await until(() => provider.inFlight === 1, 'the first run at the provider');
-    const queued = await send(first.url, 'POST', '/api/client/v1/agents/echo/runs', {
-      token,
-      body: { input: 'waiting', wait: false },
-    });
-    expect([busy.status, queued.status, queued.body.status]).toEqual([202, 202, 'queued']);
-    const nodesBefore = await database.rows('SELECT id FROM server_nodes');
+  it.runIf(postgres)(
+    'L6: a second server on a busy port exits 1 and claims nothing: the queued run stays queued, no node registered',
+    async () => {
+      const database = await testDatabase();
+      const provider = await startProviderStandIn({ reply: () => ({ stall: true }) });
+      afterThisTest(() => provider.close());
+      const env = { DATABASE_URL: database.url, PROVIDER_URL: provider.url, AGENT_RUN_CONCURRENCY: '1' };
+      const first = await startServer(env);
+      const { secret: token } = await database.token();
+      // The first server's only worker hangs on one run, so the next one waits in the queue.
+      const busy = await send(first.url, 'POST', '/api/client/v1/agents/echo/runs', {
+        token,
+        body: { input: 'busy', wait: false },
+      });
+      await until(() => provider.inFlight === 1, 'the first run at the provider');
+      const queued = await send(first.url, 'POST', '/api/client/v1/agents/echo/runs', {
+        token,
+        body: { input: 'waiting', wait: false },
+      });
+      expect([busy.status, queued.status, queued.body.status]).toEqual([202, 202, 'queued']);
+      const nodesBefore = await database.rows('SELECT id FROM server_nodes');
 
-    const port = new URL(first.url).port;
-    const second = sluice(['serve', '--port', port, '--config', echoConfig], { env });
-    expect(await second.closed).toEqual({ code: 1, signal: null });
-    expect(second.output()).toContain('EADDRINUSE');
-    expect(
-      await database.rows('SELECT status, worker FROM agent_runs WHERE id = $1', [queued.body.id]),
-    ).toEqual([{ status: 'queued', worker: null }]);
-    expect(await database.rows('SELECT id FROM server_nodes')).toEqual(nodesBefore);
-  }, 180_000);
+      const port = new URL(first.url).port;
+      const second = sluice(['serve', '--port', port, '--config', echoConfig], { env });
+      expect(await second.closed).toEqual({ code: 1, signal: null });
+      expect(second.output()).toContain('EADDRINUSE');
+      expect(
+        await database.rows('SELECT status, worker FROM agent_runs WHERE id = $1', [queued.body.id]),
+      ).toEqual([{ status: 'queued', worker: null }]);
+      expect(await database.rows('SELECT id FROM server_nodes')).toEqual(nodesBefore);
+    },
+    180_000,
+  );
 
   it('L6: with the embedded store, a busy port exits 1, leaves no lock file and claims nothing', async () => {
     const cwd = tempDir();
@@ -112,7 +132,14 @@ describe('sluice serve on a port already taken (L6)', () => {
     const store = await openStore({ dataDir });
     const who = { tokenId: 'tok_x', tenant: 't', project: 'p', user: 'u', role: 'member' as const };
     const run = await store.db.transaction((tx) =>
-      insertRun(tx, who, { agent: 'writer', class: 'default', mode: 'queued', input: 'x', metadata: null, worker: '' }),
+      insertRun(tx, who, {
+        agent: 'writer',
+        class: 'default',
+        mode: 'queued',
+        input: 'x',
+        metadata: null,
+        worker: '',
+      }),
     );
     await store.close();
     const taken = net.createServer();

@@ -73,7 +73,10 @@ describe.runIf(postgres)('a server process stopped by a signal', () => {
     // The waiter is answered now, not at the end of AGENT_SYNC_TIMEOUT_MS; its run goes on.
     const waited = await waiting;
     expect(waited.status).toBe(503);
-    expect(waited.body.error).toMatchObject({ type: 'server_draining', run: { id: queuedId, status: 'queued' } });
+    expect(waited.body.error).toMatchObject({
+      type: 'server_draining',
+      run: { id: queuedId, status: 'queued' },
+    });
 
     const created = await send(a.url, 'POST', runs, { token, body: { input: 'late' } });
     expect([created.status, created.body.error?.type]).toEqual([503, 'server_draining']);
@@ -101,13 +104,16 @@ describe.runIf(postgres)('a server process stopped by a signal', () => {
       )[0]!.n === 1;
     const twoStaleLater = new Date(drainStart.getTime() + 2 * staleMs);
     await until(() => beatsPast(nodeA, twoStaleLater), 'A heartbeating two stale times into its drain');
-    const nodeB = (await database.rows<{ id: string }>('SELECT id FROM server_nodes WHERE id <> $1', [nodeA]))[0]!
-      .id;
+    const nodeB = (
+      await database.rows<{ id: string }>('SELECT id FROM server_nodes WHERE id <> $1', [nodeA])
+    )[0]!.id;
     await until(() => beatsPast(nodeB, twoStaleLater), 'B sweeping two stale times into the drain');
     expect(
-      (await database.rows<{ status: string }>('SELECT status FROM agent_runs WHERE id = ANY($1)', [
-        heldRows.map((r) => r.id),
-      ])).map((r) => r.status),
+      (
+        await database.rows<{ status: string }>('SELECT status FROM agent_runs WHERE id = ANY($1)', [
+          heldRows.map((r) => r.id),
+        ])
+      ).map((r) => r.status),
     ).toEqual(['running', 'running']);
 
     release.open();

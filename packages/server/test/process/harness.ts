@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { createToken } from '@sluice/server';
 import { toDatabase, type Database } from '@sluice/postgres/database';
+import { migrate } from '../../src/store/store.js';
 import { afterThisTest, freshDatabase, type Body } from '../helpers.js';
 
 /**
@@ -21,6 +22,7 @@ export const bin = join(root, 'packages/server/bin/sluice.js');
 export const echoConfig = fileURLToPath(new URL('./fixtures/echo.config.ts', import.meta.url));
 export const slowConfig = fileURLToPath(new URL('./fixtures/slow.config.ts', import.meta.url));
 const worker = fileURLToPath(new URL('../workers/server-process.ts', import.meta.url));
+const openStoreScript = fileURLToPath(new URL('./fixtures/open-store.ts', import.meta.url));
 
 export interface Exit {
   code: number | null;
@@ -53,8 +55,16 @@ export function processEnv(extra: Record<string, string> = {}): NodeJS.ProcessEn
 }
 
 /** Starts a process; SIGKILLed after the test if it is still there (a stopped one included). */
-export function spawnProcess(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv }): Proc {
-  const child = spawn(command, args, { cwd: options.cwd, env: options.env, stdio: ['ignore', 'pipe', 'pipe'] });
+export function spawnProcess(
+  command: string,
+  args: string[],
+  options: { cwd: string; env: NodeJS.ProcessEnv; stdin?: 'ignore' | 'pipe' },
+): Proc {
+  const child = spawn(command, args, {
+    cwd: options.cwd,
+    env: options.env,
+    stdio: [options.stdin ?? 'ignore', 'pipe', 'pipe'],
+  });
   let output = '';
   const listeners = new Set<() => void>();
   const onData = (chunk: Buffer) => {
@@ -134,20 +144,36 @@ export async function startServer(
 
 /** The test worker (test/workers/server-process.ts), whose SIGTERM handler calls `close()`. */
 export async function startWorker(env: Record<string, string>): Promise<ServerProc> {
-  const proc = spawnProcess(
-    process.execPath,
-    ['--conditions=@sluice/source', '--import', 'tsx', worker],
-    { cwd: root, env: processEnv(env) },
-  );
+  const proc = spawnProcess(process.execPath, ['--conditions=@sluice/source', '--import', 'tsx', worker], {
+    cwd: root,
+    env: processEnv(env),
+  });
   const [, url] = await proc.waitFor(/listening (\S+)/);
   return { ...proc, url: url! };
+}
+
+/** A process that opens the embedded store at `dataDir` once a line is written to its stdin. */
+export async function storeOpener(dataDir: string): Promise<Proc> {
+  const proc = spawnProcess(
+    process.execPath,
+    ['--conditions=@sluice/source', '--import', 'tsx', openStoreScript, dataDir],
+    {
+      cwd: root,
+      env: processEnv(),
+      stdin: 'pipe',
+    },
+  );
+  await proc.waitFor(/ready/);
+  return proc;
 }
 
 export interface TestDatabase {
   readonly url: string;
   readonly db: Database;
   /** A token's secret (and id) for tenant `t`, project `p`. */
-  token(who?: Partial<{ tenant: string; project: string; role: 'admin' | 'member' | 'read' }>): Promise<{
+  token(
+    who?: Partial<{ tenant: string; project: string; user: string; role: 'admin' | 'member' | 'read' }>,
+  ): Promise<{
     id: string;
     secret: string;
   }>;
@@ -155,17 +181,23 @@ export interface TestDatabase {
   rows<T = Body>(sql: string, params?: unknown[]): Promise<T[]>;
 }
 
-/** A new PostgreSQL database for this test, with a small pool of its own. */
+/** A new PostgreSQL database for this test, migrated, with a small pool of its own. */
 export async function testDatabase(): Promise<TestDatabase> {
   const url = await freshDatabase();
   const pool = new pg.Pool({ connectionString: url, max: 2 });
   afterThisTest(() => pool.end());
   const db = toDatabase(pool);
+  await migrate(db);
   return {
     url,
     db,
     token: (who = {}) =>
-      createToken(db, { tenant: who.tenant ?? 't', project: who.project ?? 'p', user: 'u', role: who.role ?? 'admin' }),
+      createToken(db, {
+        tenant: who.tenant ?? 't',
+        project: who.project ?? 'p',
+        user: who.user ?? 'u',
+        role: who.role ?? 'admin',
+      }),
     rows: async (sql, params = []) => (await pool.query(sql, params)).rows,
   };
 }
@@ -197,7 +229,9 @@ export function send(
         path,
         headers: {
           ...(options.token ? { authorization: `Bearer ${options.token}` } : {}),
-          ...(payload ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } : {}),
+          ...(payload
+            ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }
+            : {}),
         },
       },
       (res) => {
