@@ -20,7 +20,7 @@ describe.runIf(postgres)('a server process stopped by a signal', () => {
       },
     });
     afterThisTest(() => provider.close());
-    const staleMs = 3_000;
+    const staleMs = 5_000;
     const env = {
       DATABASE_URL: database.url,
       PROVIDER_URL: provider.url,
