@@ -150,7 +150,14 @@ function takeLock(lock: string, dataDir: string): void {
         return;
       } catch (error) {
         if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-        const pid = Number(readFileSync(lock, 'utf8'));
+        let pid: number;
+        try {
+          pid = Number(readFileSync(lock, 'utf8'));
+        } catch (gone) {
+          // Released between the two calls: try again.
+          if ((gone as NodeJS.ErrnoException).code === 'ENOENT') continue;
+          throw gone;
+        }
         if ((pid === process.pid && heldLocks.has(lock)) || (pid !== process.pid && isAlive(pid))) {
           throw new Error(
             `The embedded database ${dataDir} is in use by process ${pid} (a running server?). ` +
