@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import type { SluiceConfig } from './config.js';
 import { loadConfig, serve, type RunningServer } from './server.js';
 import { tenantSigningSecret } from './callbacks/index.js';
 import { openStore } from './store/store.js';
@@ -18,13 +19,16 @@ const openCliStore = () =>
 
 async function serveCommand(args: string[]): Promise<void> {
   // Signals are taken first: a SIGTERM during a slow start (a config that starts things, a
-  // migration) stops the process cleanly instead of being lost or killing it half-open. The
-  // handlers stay registered, and a second signal while draining changes nothing.
+  // database not up yet) stops the process cleanly instead of being lost or killing it
+  // half-open. The handlers stay registered, and a second signal while draining changes nothing.
   const state: { server?: RunningServer; signal?: string; stopping?: Promise<void> } = {};
+  // Aborted by a signal before the server is up: start-up gives up and closes what it opened.
+  const starting = new AbortController();
   const stop = (signal: string) => {
     state.signal ??= signal;
     const server = state.server;
-    if (!server || state.stopping) return; // still starting: start-up drains as soon as it is up
+    if (!server) return starting.abort(new Error(`${signal} during start-up`));
+    if (state.stopping) return;
     state.stopping = (async () => {
       console.log(`${signal}: draining`);
       const interrupted = await server.drain();
@@ -44,8 +48,30 @@ async function serveCommand(args: string[]): Promise<void> {
   const port = values.port === undefined ? 8787 : Number(values.port);
   if (!Number.isInteger(port) || port < 0 || port > 65535)
     throw new Error(`Expected --port to be 0 to 65535, got ${values.port}`);
-  const { config, source } = await loadConfig(values.config);
-  const server = await serve({ config, port, host: values.host });
+  // A config module cannot be told to stop loading; nothing of the server is open yet then, so
+  // a signal meanwhile ends the process without waiting for it.
+  const aborted = new Promise<never>((_, reject) =>
+    starting.signal.addEventListener('abort', () => reject(starting.signal.reason as Error), { once: true }),
+  );
+  aborted.catch(() => undefined);
+  let loaded: { config: SluiceConfig; source: string };
+  let server: RunningServer;
+  try {
+    loaded = await Promise.race([loadConfig(values.config), aborted]);
+    server = await serve({ config: loaded.config, port, host: values.host, signal: starting.signal });
+  } catch (error) {
+    if (!starting.signal.aborted) throw error;
+    console.log(`${state.signal}: stopped before serving`);
+    process.exit(0);
+  }
+  // A first admin token, only for a store that has none: restarts mint nothing new. Made before
+  // the server counts as up, so that a signal meanwhile waits for it instead of closing the
+  // store under it.
+  const token = await firstToken(server).catch(async (error: unknown) => {
+    await server.close();
+    throw error;
+  });
+  const { config, source } = loaded;
   state.server = server;
   if (state.signal) return stop(state.signal);
   const agents = Object.keys(config.agents);
@@ -55,18 +81,22 @@ async function serveCommand(args: string[]): Promise<void> {
       ? 'State: PostgreSQL (DATABASE_URL)'
       : `State: embedded PGlite in ${resolve('.sluice')}`,
   );
-  // A first admin token, only for a store that has none: restarts mint nothing new.
-  if ((await countLiveTokens(server.store.db)) === 0) {
-    const token = await createToken(server.store.db, {
-      tenant: 'local',
-      project: 'default',
-      user: 'local',
-      role: 'admin',
-    });
+  if (token) {
     console.log(
-      `\nA first admin token was created (shown once; more with \`sluice tokens create\`).\nTry it:\n  curl -s ${server.url}/api/client/v1/agents/${agents[0]}/runs \\\n    -H "Authorization: Bearer ${token.secret}" -H "Content-Type: application/json" \\\n    -d '{"input": "tides"}'\n`,
+      `\nA first admin token was created (shown once; more with \`sluice tokens create\`).\nTry it:\n  curl -s ${server.url}/api/client/v1/agents/${agents[0]}/runs \\\n    -H "Authorization: Bearer ${token}" -H "Content-Type: application/json" \\\n    -d '{"input": "tides"}'\n`,
     );
   }
+}
+
+async function firstToken(server: RunningServer): Promise<string | undefined> {
+  if ((await countLiveTokens(server.store.db)) > 0) return undefined;
+  const token = await createToken(server.store.db, {
+    tenant: 'local',
+    project: 'default',
+    user: 'local',
+    role: 'admin',
+  });
+  return token.secret;
 }
 
 async function tokensCommand(sub: string | undefined, args: string[]): Promise<void> {

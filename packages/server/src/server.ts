@@ -19,6 +19,8 @@ export interface ServeOptions {
   dataDir?: string;
   logger?: AppOptions['logger'];
   checkCallbackUrl?: AppOptions['checkCallbackUrl'];
+  /** Aborting it gives up the start: what was opened is closed, and `serve` rejects. */
+  signal?: AbortSignal;
 }
 
 export interface RunningServer extends ServerApp {
@@ -68,8 +70,10 @@ export async function serve(options: ServeOptions = {}): Promise<RunningServer> 
       app
         ? app.fastify.log.warn({ error: error.message }, 'database connection lost')
         : storeErrors.push(error),
+    signal: options.signal,
   });
   try {
+    options.signal?.throwIfAborted();
     app = await createApp({
       store,
       config,
@@ -81,6 +85,7 @@ export async function serve(options: ServeOptions = {}): Promise<RunningServer> 
       port: options.port ?? 8787,
       host: options.host ?? '127.0.0.1',
     });
+    options.signal?.throwIfAborted();
     await app.start();
     const running = app;
     return {

@@ -1,6 +1,8 @@
+import { randomBytes } from 'node:crypto';
 import {
   closeSync,
   existsSync,
+  linkSync,
   mkdirSync,
   openSync,
   readdirSync,
@@ -9,6 +11,7 @@ import {
   writeSync,
 } from 'node:fs';
 import { dirname } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { splitSqlStatements, toDatabase, type Database } from '@sluice/postgres/database';
@@ -33,6 +36,8 @@ export interface StoreOptions {
   poolSize?: number;
   /** Errors of idle connections (a restarted or terminated server): reported, never thrown. */
   onError?: (error: Error) => void;
+  /** Stops waiting for a PostgreSQL server that is not up yet (a signal during start-up). */
+  signal?: AbortSignal;
 }
 
 /**
@@ -75,7 +80,12 @@ async function openPostgres(url: string, options: StoreOptions): Promise<Store> 
         throw error;
       }
       options.onError?.(error as Error);
-      await new Promise((resolve) => setTimeout(resolve, delay));
+      try {
+        await sleep(delay, undefined, { signal: options.signal });
+      } catch (aborted) {
+        await pool.end().catch(() => undefined);
+        throw aborted;
+      }
     }
   }
   return { db, ping: (timeoutMs) => ping(db, timeoutMs), close: () => pool.end() };
@@ -99,40 +109,68 @@ async function openEmbedded(dataDir: string): Promise<Store> {
       ping: (timeoutMs) => ping(db, timeoutMs),
       close: async () => {
         await opened.close();
-        rmSync(lock, { force: true });
+        releaseLock(lock);
       },
     };
   } catch (error) {
     await handle?.close().catch(() => undefined);
-    rmSync(lock, { force: true });
+    releaseLock(lock);
     throw error;
   }
 }
 
+/** The lock files this process holds: its own pid in one means in use, not left over. */
+const heldLocks = new Set<string>();
+
+function releaseLock(lock: string): void {
+  rmSync(lock, { force: true });
+  heldLocks.delete(lock);
+}
+
 /**
- * Embedded PGlite is one process's database. The lock file is created exclusively (`wx`), so
- * two processes starting at once cannot both pass; a lock left by a dead process is taken over.
+ * Embedded PGlite is one process's database. The lock file appears at once with its content (a
+ * complete file is hard-linked into place, which fails if one is there), so two processes
+ * starting at once cannot both pass, nor read a lock that is still empty. A lock left by a dead
+ * process is taken over, also one with this process's pid (a container's PID 1 of an earlier
+ * boot) unless this process holds it.
  */
 function takeLock(lock: string, dataDir: string): void {
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      const fd = openSync(lock, 'wx', 0o600);
-      writeSync(fd, String(process.pid));
-      closeSync(fd);
-      return;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      const pid = Number(readFileSync(lock, 'utf8'));
-      if (pid !== process.pid && isAlive(pid)) {
-        throw new Error(
-          `The embedded database ${dataDir} is in use by process ${pid} (a running server?). ` +
-            'Stop it first, or set DATABASE_URL to share a PostgreSQL server.',
-        );
-      }
-      rmSync(lock, { force: true });
-    }
+  const draft = `${lock}.${process.pid}.${randomBytes(4).toString('hex')}`;
+  const fd = openSync(draft, 'wx', 0o600);
+  try {
+    writeSync(fd, String(process.pid));
+  } finally {
+    closeSync(fd);
   }
-  throw new Error(`Could not take the lock ${lock}`);
+  try {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      try {
+        linkSync(draft, lock);
+        heldLocks.add(lock);
+        return;
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+        let pid: number;
+        try {
+          pid = Number(readFileSync(lock, 'utf8'));
+        } catch (gone) {
+          // Released between the two calls: try again.
+          if ((gone as NodeJS.ErrnoException).code === 'ENOENT') continue;
+          throw gone;
+        }
+        if ((pid === process.pid && heldLocks.has(lock)) || (pid !== process.pid && isAlive(pid))) {
+          throw new Error(
+            `The embedded database ${dataDir} is in use by process ${pid} (a running server?). ` +
+              'Stop it first, or set DATABASE_URL to share a PostgreSQL server.',
+          );
+        }
+        rmSync(lock, { force: true });
+      }
+    }
+    throw new Error(`Could not take the lock ${lock}`);
+  } finally {
+    rmSync(draft, { force: true });
+  }
 }
 
 function isConnectionError(error: unknown): boolean {
