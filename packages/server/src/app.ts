@@ -173,7 +173,10 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     }
     await stopping;
     await executor.close();
-    await fastify.close();
+    // Connections that go idle after their last answer are closed as they do, instead of
+    // waiting out the keep-alive time.
+    const idle = setInterval(() => fastify.server.closeIdleConnections(), 100);
+    await fastify.close().finally(() => clearInterval(idle));
     await callbacks.stop();
     upkeep.stop();
     await events.stop();

@@ -4,7 +4,7 @@ import type { SluiceConfig } from './config.js';
 import { loadConfig, serve, type RunningServer } from './server.js';
 import { tenantSigningSecret } from './callbacks/index.js';
 import { openStore } from './store/store.js';
-import { countLiveTokens, createToken, listTokens, revokeToken, type Role } from './store/tokens.js';
+import { countTokens, createToken, listTokens, revokeToken, type Role } from './store/tokens.js';
 
 const usage = `Usage:
   sluice serve [--config FILE] [--port N] [--host H]
@@ -89,7 +89,7 @@ async function serveCommand(args: string[]): Promise<void> {
 }
 
 async function firstToken(server: RunningServer): Promise<string | undefined> {
-  if ((await countLiveTokens(server.store.db)) > 0) return undefined;
+  if ((await countTokens(server.store.db)) > 0) return undefined;
   const token = await createToken(server.store.db, {
     tenant: 'local',
     project: 'default',

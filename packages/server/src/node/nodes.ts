@@ -48,3 +48,29 @@ export async function leave(db: Database, node: string): Promise<void> {
 export async function pruneNodes(db: Database): Promise<void> {
   await db.query(`DELETE FROM server_nodes WHERE heartbeat_at < clock_timestamp() - interval '1 day'`);
 }
+
+/**
+ * Ends this process's own `running` rows that it no longer executes: a run it stopped while its
+ * heartbeat was failing, or whose end it could not record while the database was away. Nobody
+ * else would end them (this process heartbeats again), and they would hold their tenant's cap.
+ * A run asked to cancel ends `canceled`, any other `failed` / `worker_lost`. Rows younger than
+ * `graceMs` are left alone: an inline run is written a moment before it starts executing.
+ */
+export async function endOrphanedRuns(
+  db: Database,
+  node: string,
+  executing: string[],
+  graceMs: number,
+): Promise<number> {
+  const result = await db.query<{ id: string }>(
+    `UPDATE agent_runs SET finished_at = clock_timestamp(),
+       status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'canceled' ELSE 'failed' END,
+       error = CASE WHEN cancel_requested_at IS NOT NULL THEN NULL ELSE jsonb_build_object('type', 'worker_lost',
+         'message', 'the server running this run lost it (its database was away) before it finished') END
+     WHERE status = 'running' AND worker = $1::text AND NOT (id = ANY($2::text[]))
+       AND started_at < clock_timestamp() - $3::float8 * interval '1 millisecond'
+     RETURNING id`,
+    [node, executing, graceMs],
+  );
+  return result.rows.length;
+}

@@ -3,11 +3,13 @@ import type { Executor } from '../runs/executor.js';
 import type { TenantLimits } from '../runs/policy.js';
 import { expireRuns, promoteDueRuns } from '../runs/scheduler.js';
 import type { ServerSettings } from '../settings.js';
-import { failLostRuns, heartbeat, pruneNodes } from './nodes.js';
+import { endOrphanedRuns, failLostRuns, heartbeat, pruneNodes } from './nodes.js';
 
 type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: object) => void;
 
 const PROMOTE_MS = 250;
+/** How long after its start a run of this process may still be on its way into the executor. */
+const ORPHAN_GRACE_MS = 10_000;
 
 /**
  * The periodic work of a server process: its heartbeat, ending the runs of processes that died,
@@ -44,6 +46,7 @@ export class NodeUpkeep {
     every(Math.max(25, Math.floor(this.settings.nodeStaleMs / 4)), 'heartbeat', () => this.#beat());
     every(Math.max(25, Math.floor(this.settings.nodeStaleMs / 4)), 'sweep', async () => {
       await failLostRuns(this.db, this.settings.nodeStaleMs);
+      await endOrphanedRuns(this.db, this.executor.node, this.executor.executing(), ORPHAN_GRACE_MS);
       await expireRuns(this.db, this.settings.deferredMaxWaitMs);
     });
     every(PROMOTE_MS, 'promote', () => this.promoteNow());

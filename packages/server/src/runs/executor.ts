@@ -52,6 +52,7 @@ export class Executor {
   readonly #backingOff = new Set<() => void>();
   readonly #loops: Promise<void>[] = [];
   #claiming = false;
+  #pastDeadline = false;
   #watch: ReturnType<typeof setInterval> | undefined;
   #watching = false;
 
@@ -73,9 +74,17 @@ export class Executor {
     return this.#running.size;
   }
 
+  /** The ids of the runs executing in this process now. */
+  executing(): string[] {
+    return [...this.#running.keys()];
+  }
+
   /** Executes a run that is already `running` in the store for this process; resolves with its final row. */
   execute(run: RunRow): Promise<RunRow | undefined> {
     const controller = new AbortController();
+    // Past the drain deadline nothing starts: a request admitted while the drain began gets
+    // its run ended `interrupted` at once, like the runs the drain cut short.
+    if (this.#pastDeadline) controller.abort(new StopSignal('interrupted'));
     const done = this.#execute(run, controller.signal).finally(() => {
       this.#running.delete(run.id);
       this.waiters.ended(run.id);
@@ -116,8 +125,20 @@ export class Executor {
       const usage = (error as { usage?: unknown }).usage;
       if (signal.aborted) {
         const reason = signal.reason instanceof StopSignal ? signal.reason.reason : 'cancel';
-        // A lost or interrupted run was already ended by whoever decided so.
-        return reason === 'cancel' ? { status: 'canceled', usage } : undefined;
+        if (reason === 'cancel') return { status: 'canceled', usage };
+        // An interrupted run is usually written so by the drain already (then this write is a
+        // no-op); one stopped before it started is written here. A lost run is someone else's.
+        if (reason === 'interrupted') {
+          return {
+            status: 'failed',
+            error: {
+              type: 'interrupted',
+              message: 'the server stopped before this run finished; start it again',
+            },
+            usage,
+          };
+        }
+        return undefined;
       }
       if (error instanceof RunTimeoutError) {
         return {
@@ -208,14 +229,25 @@ export class Executor {
     await Promise.allSettled(this.#loops.splice(0));
   }
 
-  /** Resolves when every local run has ended, or after `timeoutMs`; returns the ids still running. */
+  /**
+   * Resolves when every local run has ended, or after `timeoutMs`; returns the ids still
+   * running. Runs that start meanwhile (a request admitted as the drain began) are waited for
+   * too, and any run that would start after the deadline is interrupted at once.
+   */
   async settle(timeoutMs: number): Promise<string[]> {
     let timer: ReturnType<typeof setTimeout> | undefined;
-    await Promise.race([
-      Promise.allSettled([...this.#running.values()].map((r) => r.done)),
-      new Promise((resolve) => (timer = setTimeout(resolve, timeoutMs))),
-    ]);
+    const deadline = new Promise<'deadline'>(
+      (resolve) => (timer = setTimeout(() => resolve('deadline'), timeoutMs)),
+    );
+    while (this.#running.size > 0) {
+      const outcome = await Promise.race([
+        Promise.allSettled([...this.#running.values()].map((r) => r.done)),
+        deadline,
+      ]);
+      if (outcome === 'deadline') break;
+    }
     clearTimeout(timer);
+    this.#pastDeadline = true;
     return [...this.#running.keys()];
   }
 

@@ -184,19 +184,27 @@ export async function claimDeferredRun(
   worker: string,
   maxRunningPerTenant: number,
 ): Promise<RunRow | undefined> {
-  const atCap: string[] = [];
-  // Another claimer can fill a tenant between the two counts; such a tenant is skipped and the
-  // next candidate tried. Each retry leaves one more tenant out, so this ends.
+  // Tenants at their cap, counted once per claim (running deferred runs are few: at most the
+  // workers of all processes). Another claimer can fill a tenant meanwhile; the count under the
+  // tenant's lock below catches that, and the tenant is left out of the next try.
+  const atCap =
+    maxRunningPerTenant > 0
+      ? (
+          await db.query<{ tenant: string }>(
+            `SELECT tenant FROM agent_runs WHERE status = 'running' AND class = 'deferred'
+             GROUP BY tenant HAVING count(*) >= $1::int`,
+            [maxRunningPerTenant],
+          )
+        ).rows.map((r) => r.tenant)
+      : [];
   for (;;) {
     const claimed = await db.transaction(async (tx) => {
       const candidate = (
         await tx.query<{ id: string; tenant: string }>(
-          `SELECT r.id, r.tenant FROM agent_runs r
-           WHERE r.status = 'queued' AND r.class = 'deferred' AND NOT (r.tenant = ANY($1::text[]))
-             AND ($2::int = 0 OR (SELECT count(*) FROM agent_runs x
-                                  WHERE x.tenant = r.tenant AND x.class = 'deferred' AND x.status = 'running') < $2::int)
-           ORDER BY r.seq FOR UPDATE SKIP LOCKED LIMIT 1`,
-          [atCap, maxRunningPerTenant],
+          `SELECT id, tenant FROM agent_runs
+           WHERE status = 'queued' AND class = 'deferred' AND NOT (tenant = ANY($1::text[]))
+           ORDER BY seq FOR UPDATE SKIP LOCKED LIMIT 1`,
+          [atCap],
         )
       ).rows[0];
       if (!candidate) return null;

@@ -80,8 +80,10 @@ export async function revokeToken(db: Database, id: string): Promise<boolean> {
   return result.rows.length > 0;
 }
 
-/** Live tokens in the store (`sluice serve` mints a first admin token only when there is none). */
-export async function countLiveTokens(db: Database): Promise<number> {
-  return (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM api_tokens WHERE revoked_at IS NULL'))
-    .rows[0]!.n;
+/**
+ * Tokens ever made, revoked ones included. `sluice serve` mints a first admin token only for a
+ * store that never had one: revoking every token and restarting must not print a new one.
+ */
+export async function countTokens(db: Database): Promise<number> {
+  return (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM api_tokens')).rows[0]!.n;
 }
