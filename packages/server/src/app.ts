@@ -67,7 +67,10 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     bodyLimit: requestLimits.bodyBytes,
     // Receiving a whole request (headers and body) may take this long; a client that trickles
     // a body is cut off. Held responses are not bounded by it.
-    requestTimeout: 30_000,
+    requestTimeout: settings.requestTimeoutMs,
+    // Node enforces that timeout only when it looks at its connections (every 30 s by default):
+    // look often enough that a slow client is cut soon after its time is up.
+    http: { connectionsCheckingInterval: Math.min(5_000, Math.max(250, settings.requestTimeoutMs / 4)) },
     // An idle socket is closed after this; a held call stays under it.
     connectionTimeout: Math.min(settings.syncTimeoutMs + 60_000, 2 ** 31 - 1),
     routerOptions: { maxParamLength: 500 },
@@ -83,7 +86,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     },
   });
   fastify.server.maxConnections = settings.maxConnections;
-  fastify.server.headersTimeout = 10_000;
+  fastify.server.headersTimeout = Math.min(10_000, settings.requestTimeoutMs);
   const log = (level: 'info' | 'warn' | 'error', message: string, fields: object = {}) =>
     (fastify.log as FastifyBaseLogger)[level](fields, message);
   installErrorHandling(fastify, log);
