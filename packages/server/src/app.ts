@@ -1,3 +1,5 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import swagger from '@fastify/swagger';
 import Fastify, {
   type FastifyBaseLogger,
@@ -86,6 +88,20 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     },
   });
   fastify.server.maxConnections = settings.maxConnections;
+  // Connections with no request in progress. Node's close() waits for a connection that has
+  // not sent a request yet (a client's spare keep-alive socket, a silent one) until the client
+  // leaves, and stops the checks that would time it out; close cuts these itself.
+  const quiet = new Set<Socket>();
+  fastify.server.on('connection', (socket: Socket) => {
+    quiet.add(socket);
+    socket.once('close', () => quiet.delete(socket));
+  });
+  fastify.server.on('request', (request: IncomingMessage, response: ServerResponse) => {
+    quiet.delete(request.socket);
+    response.once('close', () => {
+      if (!request.socket.destroyed) quiet.add(request.socket);
+    });
+  });
   fastify.server.headersTimeout = Math.min(10_000, settings.requestTimeoutMs);
   const log = (level: 'info' | 'warn' | 'error', message: string, fields: object = {}) =>
     (fastify.log as FastifyBaseLogger)[level](fields, message);
@@ -176,7 +192,9 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     }
     await stopping;
     await executor.close();
-    await fastify.close();
+    const closing = fastify.close();
+    for (const socket of quiet) socket.destroy();
+    await closing;
     await callbacks.stop();
     upkeep.stop();
     await events.stop();
