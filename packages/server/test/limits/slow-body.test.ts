@@ -1,6 +1,8 @@
+import { once } from 'node:events';
 import net from 'node:net';
 import { expect, it } from 'vitest';
 import { startTestServer } from '../helpers.js';
+import { startCountedApp } from './harness.js';
 
 /**
  * Opens a socket, sends a request's headers announcing a 1,000-byte body, then one byte of it
@@ -45,4 +47,14 @@ it('M13: a connection that sends headers and one byte of its body is closed afte
   expect(anonymous.heldMs).toBeLessThan(10_000);
   // The server still answers.
   expect((await fetch(`${server.url}/readyz`)).status).toBe(200);
+}, 60_000);
+
+it('M13: a connection that never sends a request does not hold a drain (Node stops timing connections out once it closes)', async () => {
+  const { app, url } = await startCountedApp({});
+  const { hostname, port } = new URL(url);
+  const silent = net.connect({ host: hostname, port: Number(port) });
+  await once(silent, 'connect');
+  const cut = once(silent, 'close');
+  await app.drain();
+  await cut;
 }, 60_000);
