@@ -112,6 +112,7 @@ export function runRoutes(api: FastifyInstance, ctx: RouteContext): void {
           callbackUrl,
         },
         ctx.limitsFor(who.tenant),
+        settings.statementTimeoutMs,
       );
       if (!admission.ok) throw refusalError(admission.refusal);
       const run = admission.run;
