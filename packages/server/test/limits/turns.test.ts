@@ -6,7 +6,15 @@ import { ADMISSIONS_PER_TENANT, inTurn } from '../../src/runs/turns.js';
 function job() {
   let end!: () => void;
   const done = new Promise<void>((resolve) => (end = resolve));
-  const j = { started: false, end, body: async () => ((j.started = true), await done, 'ok') };
+  const j = {
+    started: false,
+    end,
+    body: async () => {
+      j.started = true;
+      await done;
+      return 'ok';
+    },
+  };
   return j;
 }
 
