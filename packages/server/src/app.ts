@@ -1,3 +1,5 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import swagger from '@fastify/swagger';
 import Fastify, {
   type FastifyBaseLogger,
@@ -67,7 +69,10 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     bodyLimit: requestLimits.bodyBytes,
     // Receiving a whole request (headers and body) may take this long; a client that trickles
     // a body is cut off. Held responses are not bounded by it.
-    requestTimeout: 30_000,
+    requestTimeout: settings.requestTimeoutMs,
+    // Node enforces that timeout only when it looks at its connections (every 30 s by default):
+    // look often enough that a slow client is cut soon after its time is up.
+    http: { connectionsCheckingInterval: Math.min(5_000, Math.max(250, settings.requestTimeoutMs / 4)) },
     // An idle socket is closed after this; a held call stays under it.
     connectionTimeout: Math.min(settings.syncTimeoutMs + 60_000, 2 ** 31 - 1),
     routerOptions: { maxParamLength: 500 },
@@ -83,7 +88,21 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     },
   });
   fastify.server.maxConnections = settings.maxConnections;
-  fastify.server.headersTimeout = 10_000;
+  // Connections with no request in progress. Node's close() waits for a connection that has
+  // not sent a request yet (a client's spare keep-alive socket, a silent one) until the client
+  // leaves, and stops the checks that would time it out; close cuts these itself.
+  const quiet = new Set<Socket>();
+  fastify.server.on('connection', (socket: Socket) => {
+    quiet.add(socket);
+    socket.once('close', () => quiet.delete(socket));
+  });
+  fastify.server.on('request', (request: IncomingMessage, response: ServerResponse) => {
+    quiet.delete(request.socket);
+    response.once('close', () => {
+      if (!request.socket.destroyed) quiet.add(request.socket);
+    });
+  });
+  fastify.server.headersTimeout = Math.min(10_000, settings.requestTimeoutMs);
   const log = (level: 'info' | 'warn' | 'error', message: string, fields: object = {}) =>
     (fastify.log as FastifyBaseLogger)[level](fields, message);
   installErrorHandling(fastify, log);
@@ -174,9 +193,11 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     await stopping;
     await executor.close();
     // Connections that go idle after their last answer are closed as they do, instead of
-    // waiting out the keep-alive time.
+    // waiting out the keep-alive time; those that never sent a request are closed now.
     const idle = setInterval(() => fastify.server.closeIdleConnections(), 100);
-    await fastify.close().finally(() => clearInterval(idle));
+    const closing = fastify.close().finally(() => clearInterval(idle));
+    for (const socket of quiet) socket.destroy();
+    await closing;
     await callbacks.stop();
     upkeep.stop();
     await events.stop();

@@ -38,6 +38,11 @@ export interface ServerSettings {
   maxScheduledPerTenant: number;
   /** SLUICE_MAX_CONNECTIONS: open HTTP connections per process; more are refused by the socket layer. */
   maxConnections: number;
+  /**
+   * SLUICE_REQUEST_TIMEOUT_MS: how long a client may take to send a whole request (headers and
+   * body); a connection that trickles its body is closed. Held responses are not bounded by it.
+   */
+  requestTimeoutMs: number;
   /** SLUICE_DB_STATEMENT_TIMEOUT_MS: the longest one SQL statement (or lock wait) may take. */
   statementTimeoutMs: number;
   /** SLUICE_DB_POOL_SIZE: PostgreSQL connections per process. */
@@ -60,6 +65,7 @@ export const settingDefaults: ServerSettings = Object.freeze({
   deferredMaxWaitMs: DAY,
   maxScheduledPerTenant: 10_000,
   maxConnections: 10_000,
+  requestTimeoutMs: 30 * SECOND,
   statementTimeoutMs: 15 * SECOND,
   poolSize: 20,
   callbackAllowPrivate: false,
@@ -84,6 +90,7 @@ const numeric: Record<NumericKey, { variable: string; min: number; max: number }
   deferredMaxWaitMs: { variable: 'AGENT_DEFERRED_MAX_WAIT_MS', min: 1, max: 365 * DAY },
   maxScheduledPerTenant: { variable: 'SLUICE_MAX_SCHEDULED_PER_TENANT', min: 0, max: 100_000_000 },
   maxConnections: { variable: 'SLUICE_MAX_CONNECTIONS', min: 1, max: 1_000_000 },
+  requestTimeoutMs: { variable: 'SLUICE_REQUEST_TIMEOUT_MS', min: SECOND, max: 10 * MINUTE },
   statementTimeoutMs: { variable: 'SLUICE_DB_STATEMENT_TIMEOUT_MS', min: 100, max: MAX_TIMER_MS },
   poolSize: { variable: 'SLUICE_DB_POOL_SIZE', min: 2, max: 1000 },
 };

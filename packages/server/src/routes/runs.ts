@@ -34,7 +34,7 @@ interface CreateRunBody {
 const DEFAULT_PAGE = 100;
 const MAX_PAGE = 1000;
 /** A page stops growing past this many bytes of JSON (list rows carry no input or output, so it rarely matters). */
-const MAX_PAGE_BYTES = 4 * 1024 * 1024;
+export const MAX_PAGE_BYTES = 4 * 1024 * 1024;
 /** How long a cancel of a run on another process waits for that process to confirm. */
 const CANCEL_CONFIRM_MS = 5_000;
 const YEAR_MS = MAX_DELAY_SECONDS * 1000;
@@ -112,6 +112,7 @@ export function runRoutes(api: FastifyInstance, ctx: RouteContext): void {
           callbackUrl,
         },
         ctx.limitsFor(who.tenant),
+        settings.statementTimeoutMs,
       );
       if (!admission.ok) throw refusalError(admission.refusal);
       const run = admission.run;
@@ -249,7 +250,7 @@ export function runRoutes(api: FastifyInstance, ctx: RouteContext): void {
       let bytes = 0;
       for (const row of rows.slice(0, limit)) {
         const item = toApiRun(row);
-        bytes += JSON.stringify(item).length;
+        bytes += Buffer.byteLength(JSON.stringify(item));
         if (bytes > MAX_PAGE_BYTES && data.length > 0) break;
         data.push(item);
       }

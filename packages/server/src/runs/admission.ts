@@ -3,6 +3,7 @@ import type { Principal } from '../store/tokens.js';
 import type { RunClass } from './lifecycle.js';
 import type { TenantLimits } from './policy.js';
 import { insertRun, type NewRun, type RunRow } from './store.js';
+import { inTurn } from './turns.js';
 
 /** Why a run was not admitted. The HTTP layer turns each into its 429 (see http/errors.ts). */
 export type Refusal =
@@ -23,9 +24,20 @@ export type Admission = { ok: true; run: RunRow } | { ok: false; refusal: Refusa
  * Admits a run or refuses it before anything is written. Every count and the insert happen in
  * one transaction under the tenant's advisory lock, so concurrent requests on any server
  * process sharing the database cannot both take the last place. The lock wait is bounded by
- * the store's lock timeout: a stuck holder makes admission fail (503), not hang.
+ * the store's lock timeout: a stuck holder makes admission fail (503), not hang. Within one
+ * process a tenant's admissions also take turns (see `inTurn`), so they hold few connections.
  */
 export async function admitRun(
+  db: Database,
+  who: Principal,
+  run: NewRun,
+  limits: TenantLimits,
+  lockWaitMs = 15_000,
+): Promise<Admission> {
+  return inTurn(db, who.tenant, lockWaitMs, () => admitLocked(db, who, run, limits));
+}
+
+async function admitLocked(
   db: Database,
   who: Principal,
   run: NewRun,

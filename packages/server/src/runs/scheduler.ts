@@ -3,7 +3,7 @@ import { activeDefaultRuns, overCap } from './admission.js';
 import type { TenantLimits } from './policy.js';
 
 /** Rows one pass moves at most, so a pass is a short transaction whatever the backlog. */
-const BATCH = 500;
+export const BATCH = 500;
 
 /**
  * Moves due scheduled runs to their queues. Deferred ones go at once (their place in the

@@ -1,0 +1,84 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Database } from '@sluice/postgres/database';
+import { describe, expect, it } from 'vitest';
+import { openStore } from '@sluice/server';
+import { claimDefaultRun } from '../../src/runs/store.js';
+import { afterThisTest, freshDatabase, postgres } from '../helpers.js';
+
+interface PlanNode {
+  'Node Type': string;
+  'Index Name'?: string;
+  'Rows Removed by Filter'?: number;
+  Plans?: PlanNode[];
+}
+
+const nodesOf = (plan: PlanNode): PlanNode[] => [plan, ...(plan.Plans ?? []).flatMap(nodesOf)];
+
+/**
+ * The plan PostgreSQL executes for the default-class claim, as written in the store: the claim
+ * is run through a handle that prefixes its statement with EXPLAIN (ANALYZE, FORMAT JSON).
+ */
+async function claimPlan(db: Pick<Database, 'query'>): Promise<PlanNode[]> {
+  let plan: PlanNode | undefined;
+  const explaining = {
+    query: async (text: string, params?: unknown[]) => {
+      const r = await db.query<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(
+        `EXPLAIN (ANALYZE, FORMAT JSON) ${text}`,
+        params,
+      );
+      plan = r.rows[0]!['QUERY PLAN'][0].Plan;
+      return { rows: [] };
+    },
+  } as unknown as Database;
+  await claimDefaultRun(explaining, 'node_me');
+  return nodesOf(plan!);
+}
+
+const removedByFilter = (nodes: PlanNode[]) =>
+  nodes.reduce((n, node) => n + (node['Rows Removed by Filter'] ?? 0), 0);
+
+describe.runIf(postgres)('on PostgreSQL', () => {
+  it('M11: with 10,000 queued deferred runs, the default-class claim reads the partial index agent_runs_queue_default and filters out none of them', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-queue-index-'));
+    const store = await openStore({ dataDir: dir, databaseUrl: await freshDatabase() });
+    afterThisTest(async () => {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    });
+    // The deferred backlog is older than the default-class runs: in one shared queue order, a
+    // claim would walk past all of it first.
+    await store.db.query(
+      `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input)
+       SELECT 'run_' || substr(md5('d' || g), 1, 24), 'tenant' || (g % 50), 'p', 'u', 'echo', 'deferred', 'queued', 'queued', '"x"'
+       FROM generate_series(1, 10000) g`,
+    );
+    await store.db.query(
+      `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input)
+       SELECT 'run_' || substr(md5('i' || g), 1, 24), 'chat', 'p', 'u', 'echo', 'default', 'queued', 'queued', '"hi"'
+       FROM generate_series(1, 3) g`,
+    );
+    await store.db.query('ANALYZE agent_runs');
+
+    const nodes = await claimPlan(store.db);
+    expect(nodes.map((n) => n['Index Name'])).toContain('agent_runs_queue_default');
+    expect(removedByFilter(nodes)).toBe(0);
+
+    // The same claim over the one queue index both classes used to share walks the backlog:
+    // the measure above can tell (rolled back).
+    const shared = await store.db
+      .transaction(async (tx) => {
+        await tx.query('DROP INDEX agent_runs_queue_default');
+        await tx.query('DROP INDEX agent_runs_active');
+        await tx.query(`CREATE INDEX agent_runs_queue ON agent_runs (seq) WHERE status = 'queued'`);
+        throw Object.assign(new Error('roll back'), { nodes: await claimPlan(tx) });
+      })
+      .catch((error: { nodes: PlanNode[] }) => error.nodes);
+    expect(shared.map((n) => n['Index Name'])).toContain('agent_runs_queue');
+    expect(removedByFilter(shared)).toBeGreaterThanOrEqual(10_000);
+    expect(
+      (await store.db.query(`SELECT 1 FROM pg_indexes WHERE indexname = 'agent_runs_queue_default'`)).rows,
+    ).toHaveLength(1);
+  }, 60_000);
+});

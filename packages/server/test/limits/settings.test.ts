@@ -1,0 +1,70 @@
+import { describe, expect, it } from 'vitest';
+import { SettingsError, resolveSettings, settingDefaults } from '@sluice/server';
+
+/** The error `resolveSettings` throws for these inputs (the test fails when it throws none). */
+function refusal(fromConfig: Record<string, unknown>, env: NodeJS.ProcessEnv = {}): SettingsError {
+  try {
+    resolveSettings(fromConfig, env);
+  } catch (error) {
+    expect(error).toBeInstanceOf(SettingsError);
+    return error as SettingsError;
+  }
+  throw new Error(`accepted ${JSON.stringify({ fromConfig, env })}`);
+}
+
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+describe('L5: settings out of range are refused, naming the variable, the range and the value', () => {
+  // Each row: the variable, its settings key, a value past its range, and the range's bounds.
+  it.each([
+    ['AGENT_SYNC_TIMEOUT_MS', 'syncTimeoutMs', '3000000000', 1, MAX_TIMER_MS],
+    ['SLUICE_NODE_STALE_MS', 'nodeStaleMs', '10000000000', 100, MAX_TIMER_MS],
+    ['AGENT_BACKGROUND_MAX_DURATION_MS', 'maxDurationMs', String(MAX_TIMER_MS + 1), 1, MAX_TIMER_MS],
+    ['AGENT_RUN_DRAIN_TIMEOUT_MS', 'drainTimeoutMs', '-1', 0, MAX_TIMER_MS],
+    ['SLUICE_DB_STATEMENT_TIMEOUT_MS', 'statementTimeoutMs', '99', 100, MAX_TIMER_MS],
+    ['AGENT_RUN_CONCURRENCY', 'runConcurrency', '1000000', 1, 1000],
+    ['AGENT_DEFERRED_CONCURRENCY', 'deferredConcurrency', '0', 1, 1000],
+    [
+      'AGENT_DEFERRED_MAX_WAIT_MS',
+      'deferredMaxWaitMs',
+      String(366 * 24 * 3_600_000),
+      1,
+      365 * 24 * 3_600_000,
+    ],
+    ['SLUICE_DB_POOL_SIZE', 'poolSize', '1', 2, 1000],
+    ['SLUICE_MAX_CONNECTIONS', 'maxConnections', '0', 1, 1_000_000],
+    ['SLUICE_REQUEST_TIMEOUT_MS', 'requestTimeoutMs', '999', 1000, 600_000],
+    ['SLUICE_REQUEST_TIMEOUT_MS', 'requestTimeoutMs', '600001', 1000, 600_000],
+    ['AGENT_RUN_MAX_ACTIVE_PER_TENANT', 'maxActivePerTenant', '1000001', 0, 1_000_000],
+  ])('%s=%s', (variable, key, value, min, max) => {
+    for (const error of [refusal({}, { [variable]: value }), refusal({ [key]: Number(value) })]) {
+      expect(error.variable).toBe(variable);
+      expect(error.message).toContain(variable);
+      expect(error.message).toContain(`settings.${key}`);
+      expect(error.message).toContain(`from ${min} to ${max}`);
+      expect(error.message).toContain(value);
+    }
+  });
+
+  it('values that are not whole numbers are refused the same way', () => {
+    for (const value of ['10s', '1.5', '1e3', 'Infinity', '0x10', 'ten']) {
+      const error = refusal({}, { AGENT_SYNC_TIMEOUT_MS: value });
+      expect(error.variable).toBe('AGENT_SYNC_TIMEOUT_MS');
+      expect(error.message).toContain(`whole number from 1 to ${MAX_TIMER_MS}, got \`${value}\``);
+    }
+    expect(refusal({ syncTimeoutMs: 1.5 }).value).toBe(1.5);
+    expect(refusal({ syncTimeoutMs: true }).message).toContain('got `true`');
+  });
+
+  it('the environment overrides the config file, and the bounds themselves are accepted', () => {
+    expect(settingDefaults.requestTimeoutMs).toBe(30_000);
+    const settings = resolveSettings(
+      { syncTimeoutMs: 5, requestTimeoutMs: 1000 },
+      { AGENT_SYNC_TIMEOUT_MS: String(MAX_TIMER_MS), SLUICE_REQUEST_TIMEOUT_MS: '600000' },
+    );
+    expect(settings.syncTimeoutMs).toBe(MAX_TIMER_MS);
+    expect(settings.requestTimeoutMs).toBe(600_000);
+    expect(resolveSettings({ requestTimeoutMs: 1000 }, {}).requestTimeoutMs).toBe(1000);
+    expect(Object.isFrozen(settings)).toBe(true);
+  });
+});
