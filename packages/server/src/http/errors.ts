@@ -127,7 +127,9 @@ export function isStoreUnavailable(error: unknown): boolean {
   const e = error as { code?: string; message?: string };
   if (typeof e?.code === 'string') {
     // Connection exceptions, operator intervention (restart, terminate), lock and statement timeouts.
-    if (/^(08|57P0|53300)/.test(e.code) || e.code === '55P03' || e.code === '57014') return true;
+    // SQLSTATE classes: connection (08), read-only after a failover (25), out of resources (53),
+    // not available (55: lock timeouts), operator intervention and cancels (57), rollbacks (40).
+    if (/^(08|25|40|53|55|57)[0-9A-Z]{3}$/.test(e.code)) return true;
     if (['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN'].includes(e.code))
       return true;
   }
@@ -139,7 +141,8 @@ export function isStoreUnavailable(error: unknown): boolean {
 
 /** Fastify's own request errors, in our body, with a status and type a client can act on. */
 function frameworkError(error: FastifyError): HttpError {
-  const status = error.statusCode ?? 400;
+  // Only Fastify's own errors carry a status; anything else is a fault of ours (a 500, logged).
+  const status = error.statusCode ?? 500;
   switch (error.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       return new HttpError(413, 'request_too_large', 'The request body is over the limit of 10 MB', {

@@ -61,7 +61,8 @@ async function admitLocked(
     }
     if (limits.spend) {
       // Spend counts every run that ended in the window, whatever its state, and reserves for
-      // each run still active the mean cost of the window's finished runs: a tenant just under
+      // each run still active the mean cost of the window's finished runs (or admits one run at
+      // a time while no run shows what a run costs): a tenant just under
       // its limit cannot start its whole cap of runs at once. The overshoot is bounded by the
       // active runs' cost above that mean.
       const figures = (
@@ -75,7 +76,10 @@ async function admitLocked(
         )
       ).rows[0]!;
       const reserved = figures.active * (figures.mean ?? 0);
-      if (figures.spent + reserved >= limits.spend.limitUsd) {
+      // With no run of the window to estimate from, a run's cost is unknown: one run at a time
+      // then, until one has ended and shown what a run costs.
+      const unknownCost = figures.mean === null && figures.active > 0;
+      if (unknownCost || figures.spent + reserved >= limits.spend.limitUsd) {
         return refuse({
           kind: 'spend',
           class: run.class,
