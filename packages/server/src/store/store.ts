@@ -198,7 +198,10 @@ async function ping(db: Database, timeoutMs = 2_000): Promise<boolean> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   try {
     return await Promise.race([
-      db.query('SELECT 1').then(() => true),
+      // Answering is not enough: a database that lost its primary role answers but refuses writes.
+      db
+        .query<{ writable: boolean }>("SELECT current_setting('transaction_read_only') = 'off' AS writable")
+        .then((r) => r.rows[0]?.writable === true),
       new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs))),
     ]);
   } catch {
