@@ -1,5 +1,5 @@
 import type { Database } from '@sluice/postgres/database';
-import { activeDefaultRuns, overCap } from './admission.js';
+import { overCap } from './admission.js';
 import type { TenantLimits } from './policy.js';
 
 /** Rows one pass moves at most, so a pass is a short transaction whatever the backlog. */
@@ -39,31 +39,42 @@ export async function promoteDueRuns(
 async function promoteTenant(db: Database, tenant: string, limits: TenantLimits): Promise<number> {
   return db.transaction(async (tx) => {
     await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [`sluice:tenant:${tenant}`]);
+    // The tenant's active default-class runs per project, counted once. Projects at their cap
+    // are left out of the due rows inside the query, so a full project's backlog never hides
+    // another project's due runs behind the batch limit.
+    const active = new Map(
+      (
+        await tx.query<{ project: string; n: number }>(
+          `SELECT project, count(*)::int AS n FROM agent_runs
+           WHERE tenant = $1::text AND class = 'default' AND status IN ('queued', 'running') GROUP BY project`,
+          [tenant],
+        )
+      ).rows.map((r) => [r.project, r.n]),
+    );
+    let tenantCount = [...active.values()].reduce((a, n) => a + n, 0);
+    if (overCap(limits, { tenant: tenantCount, project: 0 })?.scope === 'tenant') return 0;
+    const full =
+      limits.activePerProject > 0
+        ? [...active].filter(([, n]) => n >= limits.activePerProject).map(([p]) => p)
+        : [];
     const due = (
       await tx.query<{ id: string; project: string }>(
         `SELECT id, project FROM agent_runs
          WHERE tenant = $1::text AND status = 'scheduled' AND class = 'default' AND scheduled_for <= clock_timestamp()
+           AND NOT (project = ANY($2::text[]))
          ORDER BY scheduled_for, seq LIMIT ${BATCH} FOR UPDATE SKIP LOCKED`,
-        [tenant],
+        [tenant, full],
       )
     ).rows;
-    if (due.length === 0) return 0;
-    const byProject = new Map<string, number>();
-    let tenantCount = -1;
     const moving: string[] = [];
     for (const run of due) {
-      if (!byProject.has(run.project)) {
-        const counts = await activeDefaultRuns(tx, tenant, run.project);
-        byProject.set(run.project, counts.project);
-        if (tenantCount < 0) tenantCount = counts.tenant;
-      }
-      const project = byProject.get(run.project)!;
+      const project = active.get(run.project) ?? 0;
       const over = overCap(limits, { tenant: tenantCount, project });
       if (over?.scope === 'tenant') break;
       if (over) continue;
       moving.push(run.id);
       tenantCount++;
-      byProject.set(run.project, project + 1);
+      active.set(run.project, project + 1);
     }
     if (moving.length > 0) {
       await tx.query(`UPDATE agent_runs SET status = 'queued' WHERE id = ANY($1::text[])`, [moving]);
