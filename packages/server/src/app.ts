@@ -76,9 +76,6 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     // An idle socket is closed after this; a held call stays under it.
     connectionTimeout: Math.min(settings.syncTimeoutMs + 60_000, 2 ** 31 - 1),
     routerOptions: { maxParamLength: 500 },
-    // Node looks for requests past their header and request timeouts every 30 s by default, so
-    // a timeout could be passed by up to that much; look every second.
-    http: { connectionsCheckingInterval: 1_000 },
     ajv: {
       customOptions: { removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false },
     },
