@@ -1,17 +1,14 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import swagger from '@fastify/swagger';
-import Fastify, {
-  type FastifyBaseLogger,
-  type FastifyInstance,
-  type FastifyReply,
-  type FastifyServerOptions,
-} from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { CallbackDispatcher, checkCallbackUrl } from './callbacks/index.js';
 import type { SluiceConfig } from './config.js';
 import { authenticate } from './http/auth.js';
-import { HttpError, draining, installErrorHandling } from './http/errors.js';
+import { draining, installErrorHandling } from './http/errors.js';
 import { requestLimits } from './http/limits.js';
+import { installJsonBody } from './http/json-body.js';
+import { installProtocolHandling, protocolOptions } from './http/protocol.js';
 import { NodeUpkeep } from './node/upkeep.js';
 import { interruptRuns, leave } from './node/nodes.js';
 import { opsRoutes } from './routes/ops.js';
@@ -79,13 +76,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     ajv: {
       customOptions: { removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false },
     },
-    frameworkErrors: (error, _request, reply) => {
-      const mapped =
-        error.code === 'FST_ERR_BAD_URL'
-          ? new HttpError(400, 'invalid_request', 'The URL is not valid')
-          : new HttpError(400, 'invalid_request', 'The request could not be routed');
-      void (reply as unknown as FastifyReply).status(mapped.status).send(mapped.body());
-    },
+    ...protocolOptions,
   });
   fastify.server.maxConnections = settings.maxConnections;
   // Connections with no request in progress. Node's close() waits for a connection that has
@@ -106,15 +97,9 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   const log = (level: 'info' | 'warn' | 'error', message: string, fields: object = {}) =>
     (fastify.log as FastifyBaseLogger)[level](fields, message);
   installErrorHandling(fastify, log);
+  installProtocolHandling(fastify);
 
-  // JSON bodies, through Fastify's own safe parser (prototype poisoning refused), where an empty
-  // body is no body: `POST .../cancel` with a JSON content type and nothing else is fine.
-  const parseJson = fastify.getDefaultJsonParser('error', 'error');
-  fastify.removeContentTypeParser('application/json');
-  fastify.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
-    if (body === '') return done(null, undefined);
-    parseJson(request, body as string, done);
-  });
+  installJsonBody(fastify);
 
   let isDraining = false;
   // Registered before any route plugin, so every route inherits it, whatever its path spelling.

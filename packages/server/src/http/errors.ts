@@ -1,6 +1,6 @@
-import type { FastifyError, FastifyInstance } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import type { Refusal } from '../runs/admission.js';
-import { expectations } from './schemas.js';
+import { expectations, patternMeanings } from './schemas.js';
 
 /**
  * An error that becomes an HTTP response. Every error body has one shape,
@@ -38,7 +38,12 @@ export function shown(value: unknown, max = 80): string {
   try {
     text = typeof value === 'string' ? value : (JSON.stringify(value) ?? String(value));
   } catch {
-    text = String(value);
+    // Too deep to write out (JSON.stringify and String both recurse): say what it is.
+    text = Array.isArray(value)
+      ? '[...]'
+      : value !== null && typeof value === 'object'
+        ? '{...}'
+        : typeof value;
   }
   return text.length > max ? `${text.slice(0, max)}... (${text.length} characters)` : text;
 }
@@ -140,7 +145,7 @@ export function isStoreUnavailable(error: unknown): boolean {
 }
 
 /** Fastify's own request errors, in our body, with a status and type a client can act on. */
-function frameworkError(error: FastifyError): HttpError {
+export function frameworkError(error: FastifyError, request?: FastifyRequest): HttpError {
   // Only Fastify's own errors carry a status; anything else is a fault of ours (a 500, logged).
   const status = error.statusCode ?? 500;
   switch (error.code) {
@@ -154,69 +159,138 @@ function frameworkError(error: FastifyError): HttpError {
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
       return badRequest('The body is not as long as its Content-Length says');
     case 'FST_ERR_BAD_URL':
-      return badRequest('The URL is not valid');
+      return badRequest('The URL is not valid: a percent-encoded part of it is not UTF-8');
     case 'FST_ERR_MAX_PARAM_LENGTH':
-      return notFound('No such resource');
+      return notFound('No such resource: a part of the path is too long to name anything');
     default:
-      if (error.validation) return validationError(error);
+      if (error.validation) return validationError(error, request);
       if (status >= 400 && status < 500) return new HttpError(status, 'invalid_request', error.message);
       return new HttpError(500, 'internal_error', 'internal error');
   }
 }
 
-/** A schema failure, naming the field, the rule and (briefly) the value. */
-function validationError(error: FastifyError): HttpError {
-  // The deepest error says the most; among equals, an alternative that matched no branch
-  // (anyOf) is described as a whole rather than by its first branch.
-  const depth = (e: { instancePath: string }) => e.instancePath.split('/').length;
-  const first = [...error.validation!].sort(
-    (a, b) => depth(b) - depth(a) || Number(b.keyword === 'anyOf') - Number(a.keyword === 'anyOf'),
-  )[0]!;
+type SchemaError = NonNullable<FastifyError['validation']>[number] & { propertyName?: string };
+
+/** The value a schema error points at, in the part of the request that was validated. */
+function valueAt(request: FastifyRequest | undefined, context: string, instancePath: string): unknown {
+  const parts: Record<string, unknown> = {
+    body: request?.body,
+    querystring: request?.query,
+    params: request?.params,
+    headers: request?.headers,
+  };
+  let value = parts[context];
+  for (const raw of instancePath.split('/').slice(1)) {
+    const key = raw.replace(/~1/g, '/').replace(/~0/g, '~');
+    if (value === null || typeof value !== 'object' || !Object.hasOwn(value, key)) return undefined;
+    value = (value as Record<string, unknown>)[key];
+  }
+  return value;
+}
+
+/**
+ * A schema failure, naming the field, the rule and (briefly) the value. Of the errors at the
+ * deepest path, a broken rule of a form the value has (a string too long) says more than the
+ * forms it does not have (not a number): alternatives (anyOf) are described as a whole only
+ * when the value has none of their forms.
+ */
+function validationError(error: FastifyError, request?: FastifyRequest): HttpError {
+  const errors = error.validation as SchemaError[];
+  const depth = (e: SchemaError) => e.instancePath.split('/').length;
+  const deepest = Math.max(...errors.map(depth));
+  const here = errors.filter((e) => depth(e) === deepest);
+  const first =
+    here.find((e) => e.keyword !== 'type' && e.keyword !== 'anyOf') ??
+    here.find((e) => e.keyword === 'anyOf') ??
+    here[0]!;
   const context = error.validationContext ?? 'body';
-  const path = first.instancePath.split('/').slice(1).join('.');
+  const path = first.instancePath
+    .split('/')
+    .slice(1)
+    .map((k) => k.replace(/~1/g, '/').replace(/~0/g, '~'))
+    .join('.');
   const params = first.params as Record<string, unknown>;
   let field = path;
   if (first.keyword === 'additionalProperties')
     field = [path, String(params.additionalProperty)].filter(Boolean).join('.');
   if (first.keyword === 'required') field = [path, String(params.missingProperty)].filter(Boolean).join('.');
   const where = field ? `\`${field}\`` : `the ${context}`;
+  const value = valueAt(request, context, first.instancePath);
+  const got = value === undefined ? '' : `, got \`${shown(value)}\``;
   let message: string;
-  switch (first.keyword) {
-    case 'additionalProperties':
-      message = `Unknown field \`${field}\` in the ${context}`;
-      break;
-    case 'required':
-      message = `Expected ${where} in the ${context}`;
-      break;
-    case 'anyOf':
-      message = `Expected ${where} to ${expectations[field.split('.').at(-1)!] ?? 'match one of its documented forms'}`;
-      break;
-    default:
-      message = `Expected ${where} to ${describe(first.keyword, params, first.message)}`;
+  if (first.propertyName !== undefined) {
+    // A rule on the keys of an object (metadata): the key is the value to show.
+    message = `Expected the keys of ${where} to ${describe(first.keyword, params, first.message)}, got \`${shown(first.propertyName)}\``;
+  } else {
+    switch (first.keyword) {
+      case 'additionalProperties':
+        message = `Unknown field \`${field}\` in the ${context}`;
+        break;
+      case 'required':
+        message = `Expected ${where} in the ${context}`;
+        break;
+      case 'anyOf':
+        message = `Expected ${where} to ${expectationOf(field, first.message)}${got}`;
+        break;
+      case 'pattern':
+        message = `Expected ${where} to ${patternMeanings[String(params.pattern)] ?? expectationOf(field, first.message)}${got}`;
+        break;
+      case 'maxProperties':
+      case 'minProperties':
+        message = `Expected ${where} to ${describe(first.keyword, params)}, got ${Object.keys(value ?? {}).length}`;
+        break;
+      case 'maxItems':
+      case 'minItems':
+        message = `Expected ${where} to ${describe(first.keyword, params)}, got ${Array.isArray(value) ? value.length : 0}`;
+        break;
+      default:
+        message = `Expected ${where} to ${describe(first.keyword, params, first.message)}${got}`;
+    }
   }
   return badRequest(message, { field: field || context });
 }
 
+/** What a field with alternatives or a pattern expects: its own words, else its parent's. */
+function expectationOf(field: string, fallback?: string): string {
+  const parts = field.split('.');
+  const wildcard = [...parts.slice(0, -1), '*'].join('.');
+  return (
+    expectations[field] ??
+    expectations[wildcard] ??
+    expectations[parts.at(-1)!] ??
+    fallback ??
+    'match one of its documented forms'
+  );
+}
+
 function describe(keyword: string, params: Record<string, unknown>, fallback?: string): string {
+  const n = Number(params.limit);
+  const plural = (word: string) => `${n} ${word}${n === 1 ? '' : 's'}`;
   switch (keyword) {
     case 'maxLength':
-      return `be at most ${String(params.limit)} characters`;
+      return `be at most ${plural('character')}`;
     case 'minLength':
-      return `be at least ${String(params.limit)} characters`;
+      return `be at least ${plural('character')}`;
     case 'maxItems':
-      return `have at most ${String(params.limit)} items`;
+      return `have at most ${plural('item')}`;
     case 'minItems':
-      return `have at least ${String(params.limit)} items`;
+      return `have at least ${plural('item')}`;
     case 'maxProperties':
-      return `have at most ${String(params.limit)} keys`;
+      return `have at most ${plural('key')}`;
+    case 'minProperties':
+      return `have at least ${plural('key')}`;
     case 'maximum':
-      return `be at most ${String(params.limit)}`;
+      return `be at most ${n}`;
     case 'minimum':
-      return `be at least ${String(params.limit)}`;
+      return `be at least ${n}`;
     case 'enum':
       return `be one of ${(params.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}`;
     case 'type':
       return `be of type ${String(params.type)}`;
+    case 'format':
+      return `be a valid RFC 3339 ${String(params.format)}`;
+    case 'pattern':
+      return patternMeanings[String(params.pattern)] ?? fallback ?? 'be valid';
     default:
       return fallback ?? 'be valid';
   }
@@ -247,7 +321,7 @@ export function installErrorHandling(fastify: FastifyInstance, log: Log): void {
         ),
       );
     }
-    const mapped = frameworkError(error as FastifyError);
+    const mapped = frameworkError(error as FastifyError, request);
     if (mapped.status >= 500)
       log('error', 'request failed', { reqId: request.id, error: (error as Error).stack });
     // Replying before a body was read: close the connection rather than read the rest of it.

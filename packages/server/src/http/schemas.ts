@@ -7,13 +7,20 @@
 
 /** RFC 3339 with an explicit offset: a time that means the same on every server. */
 const rfc3339 = '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d{1,9})?(Z|[+-]\\d{2}:\\d{2})$';
+/**
+ * Text jsonb can store: no U+0000 and no unpaired UTF-16 surrogate (Ajv compiles patterns
+ * with the `u` flag, where a well-formed pair is one code point outside \p{Cs}).
+ */
+const storableText = '^[^\\u0000\\p{Cs}]*$';
+/** Whole numbers as the query string carries them: 1 or more, without a sign or a point. */
+const positiveInteger = '^0*[1-9][0-9]{0,29}$';
 export const MAX_DELAY_SECONDS = 365 * 24 * 3600;
 
 const textBlock = {
   type: 'object',
   required: ['type', 'text'],
   additionalProperties: false,
-  properties: { type: { type: 'string', enum: ['text'] }, text: { type: 'string' } },
+  properties: { type: { type: 'string', enum: ['text'] }, text: { type: 'string', pattern: storableText } },
 } as const;
 
 export const messageSchema = {
@@ -24,7 +31,7 @@ export const messageSchema = {
     role: { type: 'string', enum: ['user', 'assistant', 'system'] },
     content: {
       anyOf: [
-        { type: 'string', minLength: 1 },
+        { type: 'string', minLength: 1, pattern: storableText },
         // Past 100 blocks the answer is 413 (http/limits.ts); this bound only keeps validation cheap.
         { type: 'array', minItems: 1, maxItems: 100_000, items: textBlock },
       ],
@@ -35,9 +42,14 @@ export const messageSchema = {
 const metadataSchema = {
   type: 'object',
   maxProperties: 16,
-  propertyNames: { type: 'string', minLength: 1, maxLength: 64 },
+  propertyNames: { type: 'string', minLength: 1, maxLength: 64, pattern: storableText },
   additionalProperties: {
-    anyOf: [{ type: 'string', maxLength: 512 }, { type: 'number' }, { type: 'boolean' }, { type: 'null' }],
+    anyOf: [
+      { type: 'string', maxLength: 512, pattern: storableText },
+      { type: 'number' },
+      { type: 'boolean' },
+      { type: 'null' },
+    ],
   },
   description:
     'Up to 16 keys of at most 64 characters; values are strings of at most 512 characters, numbers, booleans or null.',
@@ -52,7 +64,7 @@ export const createRunBody = {
       description:
         'A non-empty string, or a list of messages (at most 500, with at most 100 content blocks each).',
       anyOf: [
-        { type: 'string', minLength: 1 },
+        { type: 'string', minLength: 1, pattern: storableText },
         { type: 'array', minItems: 1, maxItems: 100_000, items: messageSchema },
       ],
     },
@@ -66,7 +78,8 @@ export const createRunBody = {
       description:
         'When the run becomes due: RFC 3339 with an offset, or epoch seconds; at most one year ahead.',
       anyOf: [
-        { type: 'string', maxLength: 40, pattern: rfc3339 },
+        // The pattern asks for the offset; the format checks the calendar (no 30 February).
+        { type: 'string', maxLength: 40, pattern: rfc3339, format: 'date-time' },
         { type: 'integer', minimum: 0, maximum: 253_402_300_799 },
       ],
     },
@@ -93,7 +106,7 @@ export const listRunsQuery = {
   properties: {
     limit: {
       type: 'string',
-      pattern: '^[0-9]{1,30}$',
+      pattern: positiveInteger,
       description: 'Rows per page: 1 to 1000 (larger values give 1000). Default 100.',
     },
     cursor: { type: 'string', maxLength: 200, description: 'The `next_cursor` of the previous page.' },
@@ -105,9 +118,17 @@ export const listRunsQuery = {
 /** A body that may be absent (cancel): no body, an empty one, or `{}`. */
 export const emptyBody = { type: 'object', maxProperties: 0 } as const;
 
-/** How each field with alternatives is described when it matches none of them. */
+/** How each field with alternatives is described when it matches none of them (`*`: any key). */
 export const expectations: Record<string, string> = {
   input: 'be a non-empty string or a non-empty list of messages `{ role, content }`',
   run_at: 'be an RFC 3339 time with an offset (e.g. 2030-01-01T09:00:00Z) or whole epoch seconds',
   content: 'be a non-empty string or a non-empty list of `{ type: "text", text }` blocks',
+  'metadata.*': 'be a string of at most 512 characters, a number, a boolean or null',
+  limit: 'be a whole number from 1 to 1000 (larger values give 1000)',
+};
+
+/** What each pattern asks for, in words. */
+export const patternMeanings: Record<string, string> = {
+  [storableText]: 'hold no U+0000 character and no unpaired UTF-16 surrogate',
+  [positiveInteger]: 'be a whole number from 1 to 1000 (larger values give 1000)',
 };

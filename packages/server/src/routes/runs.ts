@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply } from 'fastify';
 import { agentFor } from '../config.js';
 import { requireRole } from '../http/auth.js';
 import { HttpError, badRequest, notFound, refusalError, shown } from '../http/errors.js';
-import { checkFlatObject, checkInput } from '../http/limits.js';
+import { checkInput } from '../http/limits.js';
 import { MAX_DELAY_SECONDS, agentParams, createRunBody, listRunsQuery, runParams } from '../http/schemas.js';
 import { admitRun } from '../runs/admission.js';
 import { isFinal, runStatuses, type RunClass } from '../runs/lifecycle.js';
@@ -85,7 +85,6 @@ export function runRoutes(api: FastifyInstance, ctx: RouteContext): void {
       if (!agentFor(ctx.config, who.tenant, name)) throw notFound(`No agent \`${shown(name)}\``);
       const body = request.body;
       checkInput(body.input);
-      if (body.metadata) checkFlatObject(body.metadata, 'metadata');
       let callbackUrl: string | undefined;
       if (body.callback_url !== undefined) {
         const checked = await ctx.checkCallbackUrl(body.callback_url);

@@ -88,7 +88,8 @@ describe.each(['pglite', ...(postgres ? ['postgres' as const] : [])] as const)('
     const claimed = await claimDeferredRun(countingDatabase(store.db, counts), 'node_me', 1);
     expect(claimed).toMatchObject({ tenant: 'tenant22', status: 'running', worker: 'node_me' });
     // One look, not one try per tenant at its cap.
-    expect(counts).toMatchObject({ transactions: 1, queries: 0 });
+    // One count of the tenants at their cap, then one claim transaction, whatever the backlog.
+    expect(counts).toMatchObject({ transactions: 1, queries: 1 });
     // Nothing else is claimable: every other tenant is at its cap.
     expect(await claimDeferredRun(store.db, 'node_me', 1)).toBeUndefined();
   }, 60_000);
