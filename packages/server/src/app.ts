@@ -67,9 +67,6 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     // Receiving a whole request (headers and body) may take this long; a client that trickles
     // a body is cut off. Held responses are not bounded by it.
     requestTimeout: settings.requestTimeoutMs,
-    // Node enforces that timeout only when it looks at its connections (every 30 s by default):
-    // look often enough that a slow client is cut soon after its time is up.
-    http: { connectionsCheckingInterval: Math.min(5_000, Math.max(250, settings.requestTimeoutMs / 4)) },
     // An idle socket is closed after this; a held call stays under it.
     connectionTimeout: Math.min(settings.syncTimeoutMs + 60_000, 2 ** 31 - 1),
     routerOptions: { maxParamLength: 500 },
@@ -77,6 +74,12 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
       customOptions: { removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false },
     },
     ...protocolOptions,
+    http: {
+      ...protocolOptions.http,
+      // Node enforces the request timeout only when it looks at its connections (every 30 s by
+      // default): look often enough that a slow client is cut soon after its time is up.
+      connectionsCheckingInterval: Math.min(5_000, Math.max(250, settings.requestTimeoutMs / 4)),
+    },
   });
   fastify.server.maxConnections = settings.maxConnections;
   // Connections with no request in progress. Node's close() waits for a connection that has

@@ -513,8 +513,6 @@ export const queryString = fc
       : lead + pairs.map(([k, v, form]) => (form === 0 ? k : form === 1 ? `${k}=` : `${k}=${v}`)).join('&'),
   );
 
-const noHeaders = fc.constant<[string, string][]>([]);
-const jsonCt = fc.constant('application/json');
 const plain = fc.constant<Framing>({ kind: 'length' });
 const rightAuth = tokenName.map((token): Auth => ({ kind: 'token', token, form: 'Bearer %s' }));
 
