@@ -28,7 +28,7 @@ function startServer(env: Record<string, string>): Promise<{ child: ChildProcess
     child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
     child.stdout!.on('data', (d: Buffer) => {
       out += d.toString();
-      const match = /listening (\S+)/.exec(out);
+      const match = /^listening (http\S+)$/m.exec(out);
       if (match) resolve({ child, url: match[1]! });
     });
     child.on('exit', (code) => reject(new Error(`server exited with ${code}: ${err || out}`)));
