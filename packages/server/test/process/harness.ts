@@ -148,7 +148,7 @@ export async function startWorker(env: Record<string, string>): Promise<ServerPr
     cwd: root,
     env: processEnv(env),
   });
-  const [, url] = await proc.waitFor(/listening (\S+)/);
+  const [, url] = await proc.waitFor(/^listening (http\S+)$/m);
   return { ...proc, url: url! };
 }
 
