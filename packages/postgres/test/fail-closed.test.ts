@@ -223,6 +223,9 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: the database fails while req
       name,
       maxConcurrent: 1,
       pollIntervalMs: 50,
+      // This test is about surviving terminated connections, not about the grace: on a loaded
+      // machine reconnecting can take seconds, so the grace is as long as the request's wait.
+      outageGraceMs: 20_000,
     });
     const holder = createPostgresConcurrencyLimiter({ db: direct, schema, name, maxConcurrent: 1 });
     try {

@@ -57,13 +57,16 @@ describe.runIf(postgres)('two server processes on one PostgreSQL', () => {
   });
 
   it('1,000 concurrent POSTs with a cap of 250: at most 250 admitted, the rest 429, each admitted run executed once', async () => {
-    // Slow answers, so no admitted run finishes (and frees its place) during the burst.
+    // No answer until the burst is over, so no admitted run finishes (and frees its place)
+    // during it, however long the burst takes on a busy machine.
     const prompts: string[] = [];
+    let burstOver!: () => void;
+    const answered = new Promise<void>((r) => (burstOver = r));
     provider = await startProviderStandIn({
-      latencyMs: 12_000,
-      reply: (r) => {
+      reply: async (r) => {
         const prompt = String(r.messages.find((m) => m.role === 'user')?.content);
         prompts.push(prompt);
+        await answered;
         return { text: `done ${prompt}` };
       },
     });
@@ -92,6 +95,7 @@ describe.runIf(postgres)('two server processes on one PostgreSQL', () => {
         body: (await r.json()) as { id?: string; error?: { type: string; limit_value: number } },
       }));
     const responses = await Promise.all(Array.from({ length: 1000 }, (_, i) => post(i)));
+    burstOver();
 
     console.log(
       JSON.stringify(responses.filter((r) => r.status !== 202 && r.status !== 429).slice(0, 3)),
