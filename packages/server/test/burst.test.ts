@@ -97,10 +97,6 @@ describe.runIf(postgres)('two server processes on one PostgreSQL', () => {
     const responses = await Promise.all(Array.from({ length: 1000 }, (_, i) => post(i)));
     burstOver();
 
-    console.log(
-      JSON.stringify(responses.filter((r) => r.status !== 202 && r.status !== 429).slice(0, 3)),
-      responses.map((r) => r.status).join(','),
-    );
     const admitted = responses.filter((r) => r.status === 202);
     const refused = responses.filter((r) => r.status === 429);
     expect(admitted.length + refused.length).toBe(1000);
