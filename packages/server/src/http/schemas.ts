@@ -115,9 +115,6 @@ export const listRunsQuery = {
   },
 } as const;
 
-/** A body that may be absent (cancel): no body, an empty one, or `{}`. */
-export const emptyBody = { type: 'object', maxProperties: 0 } as const;
-
 /** How each field with alternatives is described when it matches none of them (`*`: any key). */
 export const expectations: Record<string, string> = {
   input: 'be a non-empty string or a non-empty list of messages `{ role, content }`',

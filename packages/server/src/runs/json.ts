@@ -8,9 +8,6 @@
 const unsafe = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 const unsafeAll = new RegExp(unsafe.source, 'g');
 
-/** True when text holds something jsonb cannot store. */
-export const hasUnsafeText = (text: string): boolean => unsafe.test(text);
-
 /** The text with NULs and unpaired surrogates replaced by U+FFFD. */
 export function cleanText(text: string): string {
   return unsafe.test(text) ? text.replace(unsafeAll, '\ufffd') : text;
