@@ -52,12 +52,14 @@ describe('tokens from the command line', () => {
 
       const all = await command(['tokens', 'list'], { env });
       expect(all.exit).toEqual({ code: 0, signal: null });
-      const lines = all.output.trim().split('\n').sort();
+      // Token ids are random, so the lines are matched to the tokens by id, not by order.
+      const lines = all.output.trim().split('\n');
       expect(lines).toHaveLength(2);
-      expect(lines[0]).toMatch(
+      const lineOf = (id: string) => lines.find((line) => line.startsWith(`${id} `));
+      expect(lineOf(a.id)).toMatch(
         new RegExp(`^${a.id} {2}tenant=acme project=p user=u role=member created=\\S`),
       );
-      expect(lines[1]).toMatch(new RegExp(`^${b.id} {2}tenant=bolt project=p user=u role=read created=\\S`));
+      expect(lineOf(b.id)).toMatch(new RegExp(`^${b.id} {2}tenant=bolt project=p user=u role=read created=\\S`));
       for (const { secret } of [a, b]) expect(all.output).not.toContain(secret);
       expect(all.output).not.toMatch(secretPattern);
 
