@@ -14,8 +14,10 @@ import { interruptRuns, leave } from './node/nodes.js';
 import { opsRoutes } from './routes/ops.js';
 import type { RouteContext } from './routes/context.js';
 import { runRoutes } from './routes/runs.js';
+import { threadRoutes } from './routes/threads.js';
 import { RunEvents } from './runs/events.js';
 import { Executor } from './runs/executor.js';
+import { HeldRuns } from './runs/held.js';
 import { tenantPolicy } from './runs/policy.js';
 import { getRun, toApiRun } from './runs/store.js';
 import { RunWaiters } from './runs/waiters.js';
@@ -147,6 +149,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     settings,
     executor,
     waiters,
+    heldRuns: new HeldRuns(),
     limitsFor,
     checkCallbackUrl:
       options.checkCallbackUrl ??
@@ -162,6 +165,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     async (api) => {
       api.addHook('onRequest', authenticate(db));
       runRoutes(api, ctx);
+      threadRoutes(api, ctx);
     },
     { prefix: '/api/client/v1' },
   );

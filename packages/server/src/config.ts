@@ -1,5 +1,5 @@
 import type { Agent } from 'sluice';
-import type { ServerSettings } from './settings.js';
+import type { RunsConfig, ServerSettings } from './settings.js';
 
 /** A period for quotas: a sliding window of that length. */
 export type QuotaPeriod = 'hour' | 'day' | 'month';
@@ -23,6 +23,8 @@ export interface SluiceConfig {
   tenants?: Record<string, TenantQuota>;
   /** Settings; the spec's environment variables override them. */
   settings?: Partial<ServerSettings>;
+  /** Bounds of held runs: `timeoutMs`, `maxConcurrentPerUser`, `maxParallelToolCalls`, `threadBusyWaitMs`. */
+  runs?: RunsConfig;
   /** Called when the server stops (close a provider stand-in, pools...). */
   close?: () => Promise<void> | void;
 }

@@ -49,7 +49,33 @@ export interface ServerSettings {
   poolSize: number;
   /** SLUICE_CALLBACK_ALLOW_PRIVATE: 1 lets callbacks reach loopback and private addresses (on-premises setups, tests). */
   callbackAllowPrivate: boolean;
+  /**
+   * SLUICE_RUN_TIMEOUT_MS (`runs.timeoutMs`): the longest a held run (inline or streamed) may
+   * take; null: no limit. Default 300,000 with NODE_ENV=production, none otherwise.
+   */
+  runTimeoutMs: number | null;
+  /** SLUICE_MAX_CONCURRENT_PER_USER (`runs.maxConcurrentPerUser`): held runs of one user at once; 0 = no cap. */
+  maxConcurrentPerUser: number;
+  /** SLUICE_MAX_PARALLEL_TOOL_CALLS (`runs.maxParallelToolCalls`): tool calls of one turn run at once; clients may only lower it. */
+  maxParallelToolCalls: number;
+  /** SLUICE_THREAD_BUSY_WAIT_MS (`runs.threadBusyWaitMs`): how long a held run waits for a busy thread before 409. */
+  threadBusyWaitMs: number;
+  /** SLUICE_STREAM_KEEP_ALIVE_MS: a streamed run sends a comment line when it has been quiet this long. */
+  streamKeepAliveMs: number;
 }
+
+/** The `runs` block of a config: the bounds of held runs, under the names of the settings file. */
+export interface RunsConfig {
+  /** null or 0: no limit, even with NODE_ENV=production. */
+  timeoutMs?: number | null;
+  /** null or 0: no cap. */
+  maxConcurrentPerUser?: number | null;
+  maxParallelToolCalls?: number;
+  threadBusyWaitMs?: number;
+}
+
+/** The run timeout when nothing sets one: bounded in production, open while developing. */
+const defaultRunTimeoutMs = (env: NodeJS.ProcessEnv) => (env.NODE_ENV === 'production' ? 5 * MINUTE : null);
 
 export const settingDefaults: ServerSettings = Object.freeze({
   maxActivePerTenant: 250,
@@ -69,11 +95,23 @@ export const settingDefaults: ServerSettings = Object.freeze({
   statementTimeoutMs: 15 * SECOND,
   poolSize: 20,
   callbackAllowPrivate: false,
+  runTimeoutMs: null,
+  maxConcurrentPerUser: 10,
+  maxParallelToolCalls: 10,
+  threadBusyWaitMs: 30 * SECOND,
+  streamKeepAliveMs: 15 * SECOND,
 });
 
 type NumericKey = {
   [K in keyof ServerSettings]: ServerSettings[K] extends number ? K : never;
 }[keyof ServerSettings];
+
+/** Where each `runs.*` key of a config lands among the settings. */
+const runsKeys = {
+  maxConcurrentPerUser: 'maxConcurrentPerUser',
+  maxParallelToolCalls: 'maxParallelToolCalls',
+  threadBusyWaitMs: 'threadBusyWaitMs',
+} as const satisfies Partial<Record<keyof RunsConfig, NumericKey>>;
 
 /** Each numeric setting: its variable and its range (values past a timer's range would fire at once). */
 const numeric: Record<NumericKey, { variable: string; min: number; max: number }> = {
@@ -93,6 +131,10 @@ const numeric: Record<NumericKey, { variable: string; min: number; max: number }
   requestTimeoutMs: { variable: 'SLUICE_REQUEST_TIMEOUT_MS', min: SECOND, max: 10 * MINUTE },
   statementTimeoutMs: { variable: 'SLUICE_DB_STATEMENT_TIMEOUT_MS', min: 100, max: MAX_TIMER_MS },
   poolSize: { variable: 'SLUICE_DB_POOL_SIZE', min: 2, max: 1000 },
+  maxConcurrentPerUser: { variable: 'SLUICE_MAX_CONCURRENT_PER_USER', min: 0, max: 1_000_000 },
+  maxParallelToolCalls: { variable: 'SLUICE_MAX_PARALLEL_TOOL_CALLS', min: 1, max: 10_000 },
+  threadBusyWaitMs: { variable: 'SLUICE_THREAD_BUSY_WAIT_MS', min: 0, max: MAX_TIMER_MS },
+  streamKeepAliveMs: { variable: 'SLUICE_STREAM_KEEP_ALIVE_MS', min: 100, max: 10 * MINUTE },
 };
 
 /** A setting that cannot be used, naming its variable, its range and the value given. */
@@ -107,12 +149,22 @@ export class SettingsError extends Error {
   }
 }
 
-/** Config-file settings, then environment variables on top; every value checked against its range. */
+/**
+ * Config-file settings (`settings`, and the `runs` block under its own names), then environment
+ * variables on top; every value checked against its range.
+ */
 export function resolveSettings(
-  fromConfig: Partial<ServerSettings> = {},
+  settings: Partial<ServerSettings> = {},
   env: NodeJS.ProcessEnv = process.env,
+  runs: RunsConfig = {},
 ): ServerSettings {
-  const out: ServerSettings = { ...settingDefaults };
+  const out: ServerSettings = { ...settingDefaults, runTimeoutMs: defaultRunTimeoutMs(env) };
+  const fromConfig: Partial<Record<keyof ServerSettings, unknown>> = { ...settings };
+  for (const [key, target] of Object.entries(runsKeys) as [keyof typeof runsKeys, NumericKey][]) {
+    // null is "no cap" in the runs block; the settings say that with 0.
+    if (runs[key] !== undefined) fromConfig[target] = runs[key] === null ? 0 : runs[key];
+  }
+  if (runs.timeoutMs !== undefined) fromConfig.runTimeoutMs = runs.timeoutMs;
   const given = (variable: string, key: keyof ServerSettings): unknown =>
     env[variable] !== undefined && env[variable] !== '' ? env[variable] : fromConfig[key];
   for (const key of Object.keys(numeric) as NumericKey[]) {
@@ -140,8 +192,24 @@ export function resolveSettings(
     }
     out.callbackAllowPrivate = allow === true || allow === '1' || allow === 'true';
   }
+  const timeout = given('SLUICE_RUN_TIMEOUT_MS', 'runTimeoutMs');
+  if (timeout !== undefined) out.runTimeoutMs = runTimeout(timeout);
   if (given('AGENT_DEFERRED_CONCURRENCY', 'deferredConcurrency') === undefined) {
     out.deferredConcurrency = Math.max(1, Math.floor(out.runConcurrency / 2));
   }
   return Object.freeze(out);
+}
+
+/** `none`, null or 0: no run timeout; otherwise a whole number of milliseconds a timer can hold. */
+function runTimeout(raw: unknown): number | null {
+  if (raw === null || raw === 'none' || raw === 0 || raw === '0') return null;
+  const value = typeof raw === 'string' && /^\d+$/.test(raw.trim()) ? Number(raw) : raw;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1 || value > MAX_TIMER_MS) {
+    throw new SettingsError(
+      'SLUICE_RUN_TIMEOUT_MS',
+      raw,
+      `Expected SLUICE_RUN_TIMEOUT_MS (runs.timeoutMs) to be \`none\` or a whole number of milliseconds from 1 to ${MAX_TIMER_MS}, got \`${String(raw)}\``,
+    );
+  }
+  return value;
 }

@@ -11,6 +11,7 @@ import {
   openStore,
   serve,
   type RunningServer,
+  type RunsConfig,
   type ServerSettings,
   type SluiceConfig,
 } from '@sluice/server';
@@ -47,7 +48,20 @@ export interface TestServerOptions {
   databaseUrl?: string;
   /** Stand-in answers; default: "stall" in the prompt hangs, "fail" is a provider 400, else "done <prompt>". */
   provider?: ProviderStandIn;
+  /** The config's `runs` block. */
+  runs?: RunsConfig;
+  /** More agents beside `echo`, made for the stand-in's model (see `standInModel`). */
+  agents?: (model: ReturnType<typeof standInModel>) => SluiceConfig['agents'];
 }
+
+/** The stand-in as a model for `createAgent`, priced so usage has a cost. */
+export const standInModel = (provider: ProviderStandIn) => ({
+  api: 'openai-completions' as const,
+  provider: 'stand-in',
+  id: 'm',
+  baseUrl: provider.url,
+  cost: { input: 0.001, output: 0.001 },
+});
 
 export interface TestServer {
   server: RunningServer;
@@ -59,6 +73,8 @@ export interface TestServer {
   /** A request with the default admin token, or `token`. */
   call(method: string, path: string, body?: unknown, token?: string): Promise<Reply>;
   statusOf(id: string): Promise<Body>;
+  /** The default admin token. */
+  admin: string;
 }
 
 export async function startStandIn(): Promise<ProviderStandIn> {
@@ -83,18 +99,13 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     ? mkdtempSync(join(tmpdir(), 'sluice-server-test-'))
     : await preparedDataDir();
   const provider = options.provider ?? (await startStandIn());
-  const model = {
-    api: 'openai-completions' as const,
-    provider: 'stand-in',
-    id: 'm',
-    baseUrl: provider.url,
-    cost: { input: 0.001, output: 0.001 },
-  };
+  const model = standInModel(provider);
   const server = await serve({
     config: defineConfig({
-      agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) },
+      agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }), ...options.agents?.(model) },
       tenants: options.tenants,
       settings: options.settings,
+      runs: options.runs,
     }),
     port: 0,
     dataDir: dir,
@@ -137,6 +148,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     token,
     call,
     statusOf: async (id) => (await call('GET', `/agents/runs/${id}`)).body,
+    admin,
   };
 }
 

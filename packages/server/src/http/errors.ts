@@ -75,6 +75,7 @@ export function refusalError(refusal: Refusal): HttpError {
         max_active_runs: 'active default-class runs',
         max_queued_runs: 'queued or scheduled deferred runs',
         max_scheduled_runs: 'scheduled default-class runs',
+        max_concurrent_per_user: 'held runs (inline or streamed)',
       }[refusal.limit];
       return new HttpError(
         429,

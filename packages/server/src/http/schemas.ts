@@ -55,18 +55,31 @@ const metadataSchema = {
     'Up to 16 keys of at most 64 characters; values are strings of at most 512 characters, numbers, booleans or null.',
 } as const;
 
+const runInput = {
+  description: 'A non-empty string, or a list of messages (at most 500, with at most 100 content blocks each).',
+  anyOf: [
+    { type: 'string', minLength: 1, pattern: storableText },
+    { type: 'array', minItems: 1, maxItems: 100_000, items: messageSchema },
+  ],
+} as const;
+
+const MAX_TIMER_MS = 2 ** 31 - 1;
+/** A duration a client may set: whole milliseconds, or null / 0 for none of its own. */
+const optionalDuration = { type: ['integer', 'null'], minimum: 0, maximum: MAX_TIMER_MS } as const;
+
+export const threadIdSchema = { type: 'string', minLength: 1, maxLength: 100 } as const;
+
 export const createRunBody = {
   type: 'object',
-  required: ['input'],
   additionalProperties: false,
   properties: {
-    input: {
-      description:
-        'A non-empty string, or a list of messages (at most 500, with at most 100 content blocks each).',
-      anyOf: [
-        { type: 'string', minLength: 1, pattern: storableText },
-        { type: 'array', minItems: 1, maxItems: 100_000, items: messageSchema },
-      ],
+    input: runInput,
+    messages: {
+      description: 'The run\'s messages, instead of `input`: `[{ role, content }]`.',
+      type: 'array',
+      minItems: 1,
+      maxItems: 100_000,
+      items: messageSchema,
     },
     class: { type: 'string', enum: ['default', 'deferred'] },
     wait: {
@@ -86,8 +99,55 @@ export const createRunBody = {
     delay_seconds: { type: 'number', minimum: 0, maximum: MAX_DELAY_SECONDS },
     metadata: metadataSchema,
     callback_url: { type: 'string', minLength: 1, maxLength: 2048 },
+    thread_id: { ...threadIdSchema, description: "Continue this thread's conversation." },
+    on_busy: {
+      type: 'string',
+      enum: ['wait', 'cancel'],
+      description: 'When the thread is busy: wait for its run (default), or cancel it first.',
+    },
+    stream: { type: 'boolean', description: 'Answer with Server-Sent Events as the run goes.' },
+    on_disconnect: {
+      type: 'string',
+      enum: ['continue', 'cancel'],
+      description: 'What a held run does when its caller goes away (default: continue).',
+    },
+    config: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        timeout_ms: optionalDuration,
+        tool_timeout_ms: optionalDuration,
+        turn_timeout_ms: optionalDuration,
+        max_parallel_tool_calls: { type: 'integer', minimum: 1, maximum: 10_000 },
+      },
+      description:
+        "The run's bounds. Each can only tighten the server's: a larger `max_parallel_tool_calls` or `timeout_ms` is lowered to the server's.",
+    },
   },
 } as const;
+
+export const createThreadBody = {
+  type: ['object', 'null'],
+  additionalProperties: false,
+  properties: { metadata: metadataSchema },
+} as const;
+
+export const threadParams = {
+  type: 'object',
+  required: ['id'],
+  properties: { id: { type: 'string', maxLength: 500 } },
+} as const;
+
+const pageQuery = {
+  limit: {
+    type: 'string',
+    pattern: positiveInteger,
+    description: 'Rows per page: 1 to 1000 (larger values give 1000). Default 100.',
+  },
+  cursor: { type: 'string', maxLength: 200, description: 'The `next_cursor` of the previous page.' },
+} as const;
+
+export const listMessagesQuery = { type: 'object', properties: pageQuery } as const;
 
 export const agentParams = {
   type: 'object',
@@ -104,12 +164,7 @@ export const runParams = {
 export const listRunsQuery = {
   type: 'object',
   properties: {
-    limit: {
-      type: 'string',
-      pattern: positiveInteger,
-      description: 'Rows per page: 1 to 1000 (larger values give 1000). Default 100.',
-    },
-    cursor: { type: 'string', maxLength: 200, description: 'The `next_cursor` of the previous page.' },
+    ...pageQuery,
     status: { type: 'string', maxLength: 200, description: 'Comma-separated statuses.' },
     class: { type: 'string', enum: ['default', 'deferred'] },
   },

@@ -3,6 +3,7 @@ import type { Executor } from '../runs/executor.js';
 import type { TenantLimits } from '../runs/policy.js';
 import { expireRuns, promoteDueRuns } from '../runs/scheduler.js';
 import type { ServerSettings } from '../settings.js';
+import { renewThreadLeases, threadLeaseMs } from '../threads/store.js';
 import { endOrphanedRuns, failLostRuns, heartbeat, pruneNodes } from './nodes.js';
 
 type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: object) => void;
@@ -64,6 +65,8 @@ export class NodeUpkeep {
     try {
       await heartbeat(this.db, this.executor.node);
       this.#lastBeat = Date.now();
+      // The threads held by runs executing here stay held while they live.
+      await renewThreadLeases(this.db, this.executor.executing(), threadLeaseMs(this.settings));
     } catch (error) {
       const silentMs = Date.now() - this.#lastBeat;
       if (silentMs > (this.settings.nodeStaleMs * 3) / 4 && this.executor.active > 0) {

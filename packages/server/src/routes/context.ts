@@ -1,6 +1,7 @@
 import type { Database } from '@sluice/postgres/database';
 import type { SluiceConfig } from '../config.js';
 import type { Executor } from '../runs/executor.js';
+import type { HeldRuns } from '../runs/held.js';
 import type { TenantLimits } from '../runs/policy.js';
 import type { RunWaiters } from '../runs/waiters.js';
 import type { ServerSettings } from '../settings.js';
@@ -12,6 +13,8 @@ export interface RouteContext {
   readonly settings: ServerSettings;
   readonly executor: Executor;
   readonly waiters: RunWaiters;
+  /** Held runs per user in this process (the per-user cap). */
+  readonly heldRuns: HeldRuns;
   readonly limitsFor: (tenant: string) => TenantLimits;
   /** Vets a callback destination; a message says why it is refused. */
   readonly checkCallbackUrl: (

@@ -9,9 +9,9 @@ import { inTurn } from './turns.js';
 export type Refusal =
   | {
       kind: 'concurrency';
-      scope: 'tenant' | 'project';
+      scope: 'tenant' | 'project' | 'user';
       class: RunClass;
-      limit: 'max_active_runs' | 'max_queued_runs' | 'max_scheduled_runs';
+      limit: 'max_active_runs' | 'max_queued_runs' | 'max_scheduled_runs' | 'max_concurrent_per_user';
       limitValue: number;
       active: number;
     }

@@ -1,13 +1,14 @@
 import type { Database, ListenSession } from '@sluice/postgres/database';
 
-export type RunEvent = { kind: 'end' | 'cancel'; id: string };
+/** A run ended, a run is asked to stop, or a thread was given back (`id` is then the thread's). */
+export type RunEvent = { kind: 'end' | 'cancel' | 'thread'; id: string };
 
 const channel = 'sluice_runs';
 
 /**
  * One LISTEN session per process on the `sluice_runs` channel: 'end:<id>' when a run reaches a
  * final state (a trigger sends it, whatever SQL made the move) and 'cancel:<id>' when a cancel
- * is asked of a running run. A lost session (a restarted database) is opened again with
+ * is asked of a running run, 'thread:<id>' when a thread is given back. A lost session (a restarted database) is opened again with
  * backoff; meanwhile the shared polls of the waiters and the executor keep everything correct,
  * only slower.
  */
@@ -52,7 +53,7 @@ export class RunEvents {
   #dispatch(payload: string): void {
     const at = payload.indexOf(':');
     const kind = payload.slice(0, at);
-    if (kind !== 'end' && kind !== 'cancel') return;
+    if (kind !== 'end' && kind !== 'cancel' && kind !== 'thread') return;
     const event: RunEvent = { kind, id: payload.slice(at + 1) };
     for (const handler of this.#handlers) handler(event);
   }

@@ -1,14 +1,21 @@
 import { randomBytes } from 'node:crypto';
 import type { Database } from '@sluice/postgres/database';
-import { ConcurrencyError, RepairLimitError, RunTimeoutError } from 'sluice';
+import {
+  ConcurrencyError,
+  RepairLimitError,
+  RunTimeoutError,
+  type Agent,
+  type ChatMessage,
+  type ToolEvent,
+} from 'sluice';
 import type { SluiceConfig } from '../config.js';
 import { agentFor } from '../config.js';
 import type { ServerSettings } from '../settings.js';
 import type { RunEvents } from './events.js';
 import { cleanText } from './json.js';
+import { historyOf, newThreadMessages, threadLeaseMs } from '../threads/store.js';
+import { claimDefaultRun, claimDeferredRun } from './claims.js';
 import {
-  claimDefaultRun,
-  claimDeferredRun,
   finishRun,
   getRun,
   runsToStop,
@@ -24,6 +31,12 @@ class StopSignal extends Error {
   constructor(readonly reason: StopReason) {
     super(`run stopped: ${reason}`);
   }
+}
+
+/** What a caller streaming a local run hears while it executes. */
+export interface RunListener {
+  onText?(delta: string): void;
+  onTool?(event: ToolEvent): void;
 }
 
 interface LocalRun {
@@ -66,6 +79,8 @@ export class Executor {
   ) {
     events.on((event) => {
       if (event.kind === 'cancel') this.stop(event.id, 'cancel');
+      // A queued run of that thread may go now.
+      if (event.kind === 'thread') this.notify();
     });
   }
 
@@ -80,46 +95,64 @@ export class Executor {
   }
 
   /** Executes a run that is already `running` in the store for this process; resolves with its final row. */
-  execute(run: RunRow): Promise<RunRow | undefined> {
+  execute(run: RunRow, listener?: RunListener): Promise<RunRow | undefined> {
     const controller = new AbortController();
     // Past the drain deadline nothing starts: a request admitted while the drain began gets
     // its run ended `interrupted` at once, like the runs the drain cut short.
     if (this.#pastDeadline) controller.abort(new StopSignal('interrupted'));
-    const done = this.#execute(run, controller.signal).finally(() => {
+    const done = this.#execute(run, controller.signal, listener).finally(() => {
       this.#running.delete(run.id);
       this.waiters.ended(run.id);
+      if (run.thread_id !== null) {
+        this.waiters.threadFreed(run.thread_id);
+        this.notify();
+      }
     });
     this.#running.set(run.id, { controller, done });
     this.#startWatch();
     return done;
   }
 
-  async #execute(run: RunRow, signal: AbortSignal): Promise<RunRow | undefined> {
-    const outcome = await this.#run(run, signal);
+  async #execute(run: RunRow, signal: AbortSignal, listener?: RunListener): Promise<RunRow | undefined> {
+    const outcome = await this.#run(run, signal, listener);
     if (!outcome) return getRun(this.db, run.tenant, run.id).catch(() => undefined);
     return this.#persist(run, outcome);
   }
 
   /** The agent's result as an outcome to write; undefined when someone else has ended the run. */
-  async #run(run: RunRow, signal: AbortSignal): Promise<Outcome | undefined> {
-    const agent = agentFor(this.config, run.tenant, run.agent) as
-      { run(o: object): Promise<{ text: string; data: unknown; usage: unknown }> } | undefined;
+  async #run(run: RunRow, signal: AbortSignal, listener?: RunListener): Promise<Outcome | undefined> {
+    const agent = agentFor(this.config, run.tenant, run.agent);
     if (!agent) {
       return {
         status: 'failed',
         error: { type: 'agent_error', message: `The agent \`${run.agent}\` is not served here` },
       };
     }
+    const config = run.config ?? {};
+    // A held run's own timeout, when it is shorter than the ceiling of every run.
+    const heldTimeout =
+      config.timeout_ms !== undefined && config.timeout_ms < this.settings.maxDurationMs
+        ? config.timeout_ms
+        : undefined;
     try {
-      const result = await agent.run({
-        prompt: promptOf(run.input),
+      const history = run.thread_id === null ? [] : await historyOf(this.db, run.thread_id);
+      const result = await (agent as Agent<string>).run({
+        prompt: chatMessages(run.input),
+        history: history.map(toChatMessage),
         signal,
-        timeoutMs: this.settings.maxDurationMs,
+        timeoutMs: heldTimeout ?? this.settings.maxDurationMs,
+        bounds: {
+          maxParallelToolCalls: config.max_parallel_tool_calls ?? this.settings.maxParallelToolCalls,
+          toolTimeoutMs: config.tool_timeout_ms,
+          turnTimeoutMs: config.turn_timeout_ms,
+        },
+        events: { onText: listener?.onText, onTool: listener?.onTool },
       });
       return {
         status: 'succeeded',
         output: result.data === undefined ? { text: result.text } : { text: result.text, data: result.data },
         usage: result.usage,
+        threadMessages: run.thread_id === null ? undefined : newThreadMessages(run.input, result.text),
       };
     } catch (error) {
       const usage = (error as { usage?: unknown }).usage;
@@ -139,6 +172,13 @@ export class Executor {
           };
         }
         return undefined;
+      }
+      if (error instanceof RunTimeoutError && heldTimeout !== undefined) {
+        return {
+          status: 'failed',
+          error: { type: 'timeout', message: `The run passed its timeout of ${heldTimeout} ms` },
+          usage,
+        };
       }
       if (error instanceof RunTimeoutError) {
         return {
@@ -211,12 +251,19 @@ export class Executor {
   startWorkers(): void {
     this.#claiming = true;
     for (let i = 0; i < this.settings.runConcurrency; i++) {
-      this.#loops.push(this.#loop(() => claimDefaultRun(this.db, this.node)));
+      this.#loops.push(this.#loop(() => claimDefaultRun(this.db, this.node, threadLeaseMs(this.settings))));
     }
     // Deferred work has workers of its own: a deferred backlog never takes interactive capacity.
     for (let i = 0; i < this.settings.deferredConcurrency; i++) {
       this.#loops.push(
-        this.#loop(() => claimDeferredRun(this.db, this.node, this.settings.deferredMaxRunningPerTenant)),
+        this.#loop(() =>
+          claimDeferredRun(
+            this.db,
+            this.node,
+            this.settings.deferredMaxRunningPerTenant,
+            threadLeaseMs(this.settings),
+          ),
+        ),
       );
     }
   }
@@ -329,17 +376,20 @@ export class Executor {
   }
 }
 
-/** The prompt of a stored input: the text, or a message list written out turn by turn. */
-function promptOf(input: unknown): string {
+type StoredContent = string | { text: string }[];
+
+const textOf = (content: StoredContent): string =>
+  typeof content === 'string' ? content : content.map((b) => b.text).join('\n');
+
+const toChatMessage = (m: { role: ChatMessage['role']; content: unknown }): ChatMessage => ({
+  role: m.role,
+  content: textOf(m.content as StoredContent),
+});
+
+/** A stored input as the agent's prompt: the text, or the messages in order. */
+function chatMessages(input: unknown): string | ChatMessage[] {
   if (typeof input === 'string') return input;
-  if (Array.isArray(input)) {
-    return input
-      .map(
-        (m: { role: string; content: string | { text: string }[] }) =>
-          `${m.role}: ${typeof m.content === 'string' ? m.content : m.content.map((b) => b.text).join('\n')}`,
-      )
-      .join('\n\n');
-  }
+  if (Array.isArray(input)) return (input as { role: ChatMessage['role']; content: unknown }[]).map(toChatMessage);
   return JSON.stringify(input);
 }
 

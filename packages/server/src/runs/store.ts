@@ -30,6 +30,9 @@ export interface RunRow {
   scheduled_for: number | null;
   callback_url: string | null;
   worker: string | null;
+  thread_id: string | null;
+  /** The run's bounds as admitted (see RunConfig). */
+  config: RunConfig | null;
   /** Microseconds since the epoch: the page cursor's first half. */
   created_us: string;
 }
@@ -37,8 +40,8 @@ export interface RunRow {
 const summary = `id, tenant, project, user_id, agent, class, mode, status, error, metadata, usage,
   (extract(epoch FROM created_at))::float8 AS created_at, (extract(epoch FROM started_at))::float8 AS started_at,
   (extract(epoch FROM finished_at))::float8 AS finished_at, (extract(epoch FROM scheduled_for))::float8 AS scheduled_for,
-  callback_url, worker, (extract(epoch FROM created_at) * 1000000)::bigint::text AS created_us`;
-const full = `${summary}, input, output`;
+  callback_url, worker, thread_id, config, (extract(epoch FROM created_at) * 1000000)::bigint::text AS created_us`;
+export const full = `${summary}, input, output`;
 
 const runIdPattern = /^run_[0-9a-f]{24}$/;
 /** Ids are ours: anything else names no run, and costs no query. */
@@ -60,11 +63,25 @@ export function toApiRun(run: RunRow) {
     started_at: run.started_at === null ? null : Math.floor(run.started_at),
     finished_at: run.finished_at === null ? null : Math.floor(run.finished_at),
     scheduled_for: run.scheduled_for === null ? null : Math.floor(run.scheduled_for),
+    thread_id: run.thread_id,
   };
 }
 export type ApiRun = ReturnType<typeof toApiRun>;
 
+/**
+ * The bounds a run was admitted with. `timeout_ms` is the held-run timeout (inline and
+ * streamed runs); queued runs are bounded by AGENT_BACKGROUND_MAX_DURATION_MS alone.
+ */
+export interface RunConfig {
+  timeout_ms?: number;
+  tool_timeout_ms?: number;
+  turn_timeout_ms?: number;
+  max_parallel_tool_calls?: number;
+}
+
 export interface NewRun {
+  /** Set when the id had to be known before admission (the thread lock is taken under it). */
+  id?: string;
   agent: string;
   class: RunClass;
   mode: 'inline' | 'queued';
@@ -75,21 +92,25 @@ export interface NewRun {
   /** When the run becomes due: an absolute time (epoch ms) or a delay from now; undefined: now. */
   schedule?: { atMs: number } | { delayMs: number };
   callbackUrl?: string;
+  threadId?: string;
+  config?: RunConfig;
 }
+
+export const newRunId = () => `run_${randomBytes(12).toString('hex')}`;
 
 /** Inserts an admitted run (inside the admission transaction). */
 export async function insertRun(tx: SqlClient, who: Principal, run: NewRun): Promise<RunRow> {
-  const id = `run_${randomBytes(12).toString('hex')}`;
+  const id = run.id ?? newRunId();
   const scheduled = run.schedule !== undefined;
   const inserted = await tx.query<RunRow>(
     `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, metadata, started_at,
-       worker, scheduled_for, callback_url)
+       worker, scheduled_for, callback_url, thread_id, config)
      VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::jsonb, $10::jsonb,
        CASE WHEN $7::text = 'inline' THEN clock_timestamp() END, CASE WHEN $7::text = 'inline' THEN $11::text END,
        -- A time in the past is due now: it never counts as having waited since then.
        CASE WHEN $12::float8 IS NOT NULL THEN greatest(to_timestamp($12::float8 / 1000), clock_timestamp())
             WHEN $13::float8 IS NOT NULL THEN clock_timestamp() + $13::float8 * interval '1 millisecond' END,
-       $14::text)
+       $14::text, $15::text, $16::jsonb)
      RETURNING ${full}`,
     [
       id,
@@ -106,6 +127,8 @@ export async function insertRun(tx: SqlClient, who: Principal, run: NewRun): Pro
       run.schedule && 'atMs' in run.schedule ? run.schedule.atMs : null,
       run.schedule && 'delayMs' in run.schedule ? run.schedule.delayMs : null,
       run.callbackUrl ?? null,
+      run.threadId ?? null,
+      toJsonb(run.config),
     ],
   );
   return inserted.rows[0]!;
@@ -160,88 +183,13 @@ export async function listRuns(
   ).rows;
 }
 
-/** Takes the oldest queued default-class run for a worker of this process; SKIP LOCKED keeps workers apart. */
-export async function claimDefaultRun(db: Database, worker: string): Promise<RunRow | undefined> {
-  return (
-    await db.query<RunRow>(
-      `UPDATE agent_runs SET status = 'running', worker = $1::text, started_at = clock_timestamp()
-       WHERE id = (SELECT id FROM agent_runs WHERE status = 'queued' AND class = 'default' ORDER BY seq
-                   FOR UPDATE SKIP LOCKED LIMIT 1)
-       RETURNING ${full}`,
-      [worker],
-    )
-  ).rows[0];
-}
-
-/**
- * Takes the oldest queued deferred run of a tenant under its running cap. Tenants at their cap
- * are left out inside the query, so however many of them have older runs, a tenant with room
- * is reached. The count is taken again under the tenant's advisory lock before the claim, so
- * workers on any process never run more than the cap for one tenant.
- */
-export async function claimDeferredRun(
-  db: Database,
-  worker: string,
-  maxRunningPerTenant: number,
-): Promise<RunRow | undefined> {
-  // Tenants at their cap, counted once per claim (running deferred runs are few: at most the
-  // workers of all processes). Another claimer can fill a tenant meanwhile; the count under the
-  // tenant's lock below catches that, and the tenant is left out of the next try.
-  const atCap =
-    maxRunningPerTenant > 0
-      ? (
-          await db.query<{ tenant: string }>(
-            `SELECT tenant FROM agent_runs WHERE status = 'running' AND class = 'deferred'
-             GROUP BY tenant HAVING count(*) >= $1::int`,
-            [maxRunningPerTenant],
-          )
-        ).rows.map((r) => r.tenant)
-      : [];
-  for (;;) {
-    const claimed = await db.transaction(async (tx) => {
-      const candidate = (
-        await tx.query<{ id: string; tenant: string }>(
-          `SELECT id, tenant FROM agent_runs
-           WHERE status = 'queued' AND class = 'deferred' AND NOT (tenant = ANY($1::text[]))
-           ORDER BY seq FOR UPDATE SKIP LOCKED LIMIT 1`,
-          [atCap],
-        )
-      ).rows[0];
-      if (!candidate) return null;
-      if (maxRunningPerTenant > 0) {
-        await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [
-          `sluice:deferred:${candidate.tenant}`,
-        ]);
-        const running = (
-          await tx.query<{ n: number }>(
-            `SELECT count(*)::int AS n FROM agent_runs WHERE tenant = $1::text AND class = 'deferred' AND status = 'running'`,
-            [candidate.tenant],
-          )
-        ).rows[0]!.n;
-        if (running >= maxRunningPerTenant) return candidate.tenant;
-      }
-      return (
-        await tx.query<RunRow>(
-          `UPDATE agent_runs SET status = 'running', worker = $1::text, started_at = clock_timestamp()
-           WHERE id = $2::text RETURNING ${full}`,
-          [worker, candidate.id],
-        )
-      ).rows[0]!;
-    });
-    if (claimed === null) return undefined;
-    if (typeof claimed === 'string') {
-      atCap.push(claimed);
-      continue;
-    }
-    return claimed;
-  }
-}
-
 export interface Outcome {
   status: FinalStatus;
   output?: unknown;
   error?: { type: FailureType | string; message: string };
   usage?: unknown;
+  /** What a successful run of a thread adds to it. */
+  threadMessages?: { role: string; content: unknown }[];
 }
 
 /**
@@ -254,12 +202,29 @@ export async function finishRun(
   worker: string,
   outcome: Outcome,
 ): Promise<RunRow | undefined> {
+  // A successful run of a thread appends its messages in the same statement: the thread never
+  // shows a run succeeded without its answer, nor an answer of a run that did not.
   return (
     await db.query<RunRow>(
-      `UPDATE agent_runs SET status = $3::text, output = $4::jsonb, error = $5::jsonb, usage = $6::jsonb,
-         finished_at = clock_timestamp()
-       WHERE id = $1::text AND status = 'running' AND worker = $2::text RETURNING ${full}`,
-      [id, worker, outcome.status, toJsonb(outcome.output), toJsonb(outcome.error), toJsonb(outcome.usage)],
+      `WITH done AS (
+         UPDATE agent_runs SET status = $3::text, output = $4::jsonb, error = $5::jsonb, usage = $6::jsonb,
+           finished_at = clock_timestamp()
+         WHERE id = $1::text AND status = 'running' AND worker = $2::text RETURNING ${full}),
+       appended AS (
+         INSERT INTO thread_messages (thread_id, role, content, run_id)
+         SELECT d.thread_id, m.value ->> 'role', m.value -> 'content', d.id
+         FROM done d, jsonb_array_elements($7::jsonb) WITH ORDINALITY AS m(value, n)
+         WHERE d.thread_id IS NOT NULL AND d.status = 'succeeded' ORDER BY m.n)
+       SELECT * FROM done`,
+      [
+        id,
+        worker,
+        outcome.status,
+        toJsonb(outcome.output),
+        toJsonb(outcome.error),
+        toJsonb(outcome.usage),
+        toJsonb(outcome.threadMessages ?? []),
+      ],
     )
   ).rows[0];
 }

@@ -2,6 +2,9 @@ import type { Database } from '@sluice/postgres/database';
 import type { RunEvents } from './events.js';
 import { endedAmong } from './store.js';
 
+const THREAD = 'thread:';
+const threadKey = (threadId: string) => `${THREAD}${threadId}`;
+
 export type WaitResult = 'ended' | 'timeout' | 'aborted' | 'closed';
 
 interface Waiter {
@@ -29,6 +32,7 @@ export class RunWaiters {
     this.#pollMs = options.pollMs ?? 1_000;
     events.on((event) => {
       if (event.kind === 'end') this.ended(event.id);
+      if (event.kind === 'thread') this.threadFreed(event.id);
     });
   }
 
@@ -65,6 +69,19 @@ export class RunWaiters {
     });
   }
 
+  /**
+   * Resolves ('ended') when the thread is given back by its holder, or as `wait` does. The
+   * shared look does not cover threads: callers wait in short slices and try the thread again.
+   */
+  waitForThread(threadId: string, options: { timeoutMs: number; signal?: AbortSignal }): Promise<WaitResult> {
+    return this.wait(threadKey(threadId), options);
+  }
+
+  /** A thread was given back: wake the callers waiting for it. */
+  threadFreed(threadId: string): void {
+    this.ended(threadKey(threadId));
+  }
+
   /** The run ended: wake its waiters. */
   ended(id: string): void {
     const set = this.#waiting.get(id);
@@ -93,7 +110,8 @@ export class RunWaiters {
     if (this.#waiting.size === 0) return;
     this.#polling = true;
     try {
-      for (const id of await endedAmong(this.#db, [...this.#waiting.keys()])) this.ended(id);
+      const runs = [...this.#waiting.keys()].filter((key) => !key.startsWith(THREAD));
+      if (runs.length > 0) for (const id of await endedAmong(this.#db, runs)) this.ended(id);
     } catch {
       // The database is away; the next look tries again.
     } finally {

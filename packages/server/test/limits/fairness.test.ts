@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { openStore, type Store } from '@sluice/server';
-import { claimDeferredRun } from '../../src/runs/store.js';
+import { claimDeferredRun } from '../../src/runs/claims.js';
 import { afterThisTest, freshDatabase, postgres, startTestServer, until } from '../helpers.js';
 import { countingDatabase, type QueryCounts } from './harness.js';
 

@@ -1,5 +1,5 @@
 import { expect, it } from 'vitest';
-import { MAX_PAGE_BYTES } from '../../src/routes/runs.js';
+import { MAX_PAGE_BYTES } from '../../src/http/paging.js';
 import { startTestServer, type TestServer } from '../helpers.js';
 
 /**

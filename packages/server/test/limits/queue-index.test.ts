@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { Database } from '@sluice/postgres/database';
 import { describe, expect, it } from 'vitest';
 import { openStore } from '@sluice/server';
-import { claimDefaultRun } from '../../src/runs/store.js';
+import { claimDefaultRun } from '../../src/runs/claims.js';
 import { afterThisTest, freshDatabase, postgres } from '../helpers.js';
 
 interface PlanNode {
