@@ -25,6 +25,8 @@ export type {
 } from './concurrency/index.js';
 export { createAgent, Agent } from './agent/agent.js';
 export type { AgentOptions, RunOptions, RunResult, RunUsage } from './agent/agent.js';
+export type { ChatMessage } from './agent/conversation.js';
+export type { ToolEvent } from './agent/run-events.js';
 export { RepairLimitError, RunTimeoutError } from './agent/errors.js';
 export type { CompactionOptions, RetryOptions, RunBounds } from './agent/options.js';
 export { tool } from './agent/tool.js';

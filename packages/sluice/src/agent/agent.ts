@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { runAgentLoop, type AgentMessage } from '@mariozechner/pi-agent-core';
+import { runAgentLoop, type AgentEvent, type AgentMessage } from '@mariozechner/pi-agent-core';
 import type { AssistantMessage, Message } from '@mariozechner/pi-ai';
 import type { Clock } from '../concurrency/clock.js';
 import { ConcurrencyConfigError, ConcurrencyError, type RequestLineage } from '../concurrency/errors.js';
@@ -8,15 +8,18 @@ import type { ConcurrencyLimiter } from '../concurrency/limiter.js';
 import { withLineage } from '../concurrency/slot.js';
 import { resolveCredentials, resolveModel, type Credential, type ModelSpec } from '../models/model.js';
 import { compactMessages } from './compaction.js';
+import { toConversation, type ChatMessage, type Conversation } from './conversation.js';
 import {
   duration,
   resolveRuntimeOptions,
+  runBounds,
   type CompactionOptions,
   type ResolvedRuntimeOptions,
   type RetryOptions,
   type RunBounds,
 } from './options.js';
 import { answerCorrection, checkAnswer, RepairCounter, toolCallProblem } from './repairs.js';
+import { checkRunEvents, forwardRunEvents, type RunEvents } from './run-events.js';
 import { RunRequests, textOf } from './run-requests.js';
 import { openScope, runFields, runScope, type RunScope } from './scope.js';
 import { toAgentTools } from './tool-calls.js';
@@ -59,13 +62,26 @@ export interface AgentOptions<W extends string> {
 }
 
 export interface RunOptions<W extends string> {
-  prompt: string;
+  /** The run's new input: a prompt, or several messages (e.g. a client's message list). */
+  prompt: string | readonly ChatMessage[];
+  /**
+   * Earlier conversation (a thread), sent as context before the prompt; not part of this run's
+   * new messages. The texts of `system` messages, here or in `prompt`, follow the agent's
+   * instructions in the system prompt.
+   */
+  history?: readonly ChatMessage[];
+  /**
+   * Bounds for this run only. They can tighten the agent's, never loosen them: each is the
+   * smaller of the agent's and this where both are set (either alone applies as given).
+   */
+  bounds?: RunBounds;
   /** The run's whole time budget, slot waits included. A child stays within its parent's. */
   timeoutMs?: number;
   signal?: AbortSignal;
   /** A workload of the agent's limiter for this run. */
   concurrency?: { workload: W };
-  events?: { onConcurrency?: ConcurrencyEventListener };
+  /** Listeners of this run; one that throws is ignored. */
+  events?: RunEvents;
   /** JSON Schema the final answer must match, as JSON; the parsed value is `result.data`. */
   schema?: JsonSchema;
 }
@@ -81,7 +97,7 @@ export interface RunUsage {
 
 export interface RunResult<T = unknown> {
   text: string;
-  /** The conversation of this run: the prompt, the assistant turns and the tool results. */
+  /** The conversation of this run: the prompt, the assistant turns and the tool results (not `history`). */
   messages: unknown[];
   usage: RunUsage;
   runId: string;
@@ -113,6 +129,13 @@ function usageOf(messages: readonly AgentMessage[], requests: number): RunUsage 
     usage.cost += u.cost.total;
   }
   return usage;
+}
+
+/** What `#start` checked and worked out of a run's options, for `#run`. */
+interface RunPlan {
+  readonly conversation: Conversation;
+  readonly bounds: ResolvedRuntimeOptions['bounds'];
+  readonly forward: (event: AgentEvent) => void;
 }
 
 /**
@@ -187,7 +210,14 @@ export class Agent<W extends string = never> {
   }
 
   async #start(options: RunOptions<W>, onText: ((delta: string) => void) | undefined): Promise<RunResult> {
-    if (typeof options?.prompt !== 'string') throw new TypeError('Expected `prompt` to be a string');
+    // Everything the caller gave is checked before a slot is asked for or a request sent.
+    const conversation = toConversation(
+      { instructions: this.#options.instructions, prompt: options?.prompt, history: options?.history },
+      this.#model,
+      this.#runtime.clock.now(),
+    );
+    const bounds = runBounds(this.#runtime.bounds, options.bounds);
+    const events = checkRunEvents(options.events);
     const timeoutMs =
       options.timeoutMs === undefined ? undefined : duration('timeoutMs', options.timeoutMs, { zero: true });
     const parent = runScope.getStore();
@@ -202,12 +232,13 @@ export class Agent<W extends string = never> {
       clock: this.#runtime.clock,
       timeoutMs,
       signal: options.signal,
-      listeners: [this.#options.events?.onConcurrency, options.events?.onConcurrency].filter(
+      listeners: [this.#options.events?.onConcurrency, events.onConcurrency].filter(
         (l): l is ConcurrencyEventListener => l !== undefined,
       ),
     });
     try {
-      return await runScope.run(scope, () => this.#run(scope, options, onText));
+      const forward = forwardRunEvents(events, onText);
+      return await runScope.run(scope, () => this.#run(scope, options, { conversation, bounds, forward }));
     } finally {
       close();
     }
@@ -242,12 +273,9 @@ export class Agent<W extends string = never> {
     return { limiter, workload };
   }
 
-  async #run(
-    scope: RunScope,
-    options: RunOptions<W>,
-    onText: ((delta: string) => void) | undefined,
-  ): Promise<RunResult> {
-    const { bounds, compaction, clock } = this.#runtime;
+  async #run(scope: RunScope, options: RunOptions<W>, plan: RunPlan): Promise<RunResult> {
+    const { conversation, bounds, forward } = plan;
+    const { compaction, clock } = this.#runtime;
     const tools = toAgentTools((this.#options.tools ?? []) as readonly Tool<never>[], scope, bounds);
     const known = new Map(tools.map((t) => [t.name, t]));
     const repairs = new RepairCounter(this.#runtime.maxRepairs, runFields(scope));
@@ -274,9 +302,12 @@ export class Agent<W extends string = never> {
     let lastAssistant: AssistantMessage | undefined;
     const answered: AssistantMessage[] = [];
     let data: unknown;
+    // The loop replays the prompt messages as events; an assistant one among them is input,
+    // not an answer of this run.
+    const prompts = new Set<unknown>(conversation.prompts);
     const messages = await runAgentLoop(
-      [{ role: 'user', content: options.prompt, timestamp: clock.now() }],
-      { systemPrompt: this.#options.instructions ?? '', messages: [], tools },
+      conversation.prompts,
+      { systemPrompt: conversation.systemPrompt, messages: conversation.history, tools },
       {
         model: this.#model,
         convertToLlm: (m) => m as Message[],
@@ -314,13 +345,15 @@ export class Agent<W extends string = never> {
         },
       },
       (event) => {
-        if (event.type === 'message_end' && (event.message as Message).role === 'assistant') {
+        if (
+          event.type === 'message_end' &&
+          (event.message as Message).role === 'assistant' &&
+          !prompts.has(event.message)
+        ) {
           lastAssistant = event.message as AssistantMessage;
           answered.push(lastAssistant);
         }
-        if (onText && event.type === 'message_update' && event.assistantMessageEvent.type === 'text_delta') {
-          onText(event.assistantMessageEvent.delta);
-        }
+        forward(event);
       },
       scope.signal,
       requests.stream,

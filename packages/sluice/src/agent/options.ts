@@ -73,7 +73,8 @@ function show(value: unknown): string {
   }
 }
 
-function fail(field: string, expected: string, value: unknown): never {
+/** Throws the `TypeError` of a bad option: what was expected of `field` and what came. */
+export function fail(field: string, expected: string, value: unknown): never {
   throw new TypeError(`Expected \`${field}\` to be ${expected}, got \`${show(value)}\``);
 }
 
@@ -109,7 +110,7 @@ function section<K extends keyof typeof knownKeys>(
  * `TypeError` naming the field, what was expected and what came.
  */
 export function resolveRuntimeOptions(options: RuntimeOptions): ResolvedRuntimeOptions {
-  const bounds = section('bounds', options.bounds);
+  const bounds = validBounds(options.bounds);
   const retry = section('retry', options.retry);
   const compaction = section('compaction', options.compaction);
   const clock = options.clock ?? systemClock;
@@ -118,16 +119,11 @@ export function resolveRuntimeOptions(options: RuntimeOptions): ResolvedRuntimeO
     const value = (clock as unknown as Record<string, unknown>)[method];
     if (typeof value !== 'function') fail(`clock.${method}`, 'a function', value);
   }
-  const optional = (field: string, value: unknown) =>
-    value === undefined ? undefined : duration(field, value);
   return Object.freeze({
     bounds: Object.freeze({
-      maxParallelToolCalls:
-        bounds.maxParallelToolCalls === undefined
-          ? agentDefaults.bounds.maxParallelToolCalls
-          : wholeNumber('bounds.maxParallelToolCalls', bounds.maxParallelToolCalls, 1),
-      toolTimeoutMs: optional('bounds.toolTimeoutMs', bounds.toolTimeoutMs),
-      turnTimeoutMs: optional('bounds.turnTimeoutMs', bounds.turnTimeoutMs),
+      maxParallelToolCalls: bounds.maxParallelToolCalls ?? agentDefaults.bounds.maxParallelToolCalls,
+      toolTimeoutMs: bounds.toolTimeoutMs,
+      turnTimeoutMs: bounds.turnTimeoutMs,
     }),
     retry: Object.freeze({
       maxRetries:
@@ -158,5 +154,39 @@ export function resolveRuntimeOptions(options: RuntimeOptions): ResolvedRuntimeO
           : wholeNumber('compaction.keepLast', compaction.keepLast, 0),
     }),
     clock,
+  });
+}
+
+/** Bounds as given, checked, with nothing filled in. */
+function validBounds(value: unknown): Record<keyof RunBounds, number | undefined> {
+  const bounds = section('bounds', value);
+  const optional = (field: string, ms: unknown) => (ms === undefined ? undefined : duration(field, ms));
+  return {
+    maxParallelToolCalls:
+      bounds.maxParallelToolCalls === undefined
+        ? undefined
+        : wholeNumber('bounds.maxParallelToolCalls', bounds.maxParallelToolCalls, 1),
+    toolTimeoutMs: optional('bounds.toolTimeoutMs', bounds.toolTimeoutMs),
+    turnTimeoutMs: optional('bounds.turnTimeoutMs', bounds.turnTimeoutMs),
+  };
+}
+
+/**
+ * The bounds of one run: the agent's, tightened by the run's own `bounds`, checked by the same
+ * rules (errors name `bounds.<field>`). A run can lower a bound or set one the agent leaves
+ * open, never raise one: every value is the smaller of the two where both are set.
+ */
+export function runBounds(
+  agent: ResolvedRuntimeOptions['bounds'],
+  run: unknown,
+): ResolvedRuntimeOptions['bounds'] {
+  if (run === undefined) return agent;
+  const own = validBounds(run);
+  const smaller = (a: number | undefined, b: number | undefined) =>
+    a === undefined ? b : b === undefined ? a : Math.min(a, b);
+  return Object.freeze({
+    maxParallelToolCalls: Math.min(agent.maxParallelToolCalls, own.maxParallelToolCalls ?? Infinity),
+    toolTimeoutMs: smaller(agent.toolTimeoutMs, own.toolTimeoutMs),
+    turnTimeoutMs: smaller(agent.turnTimeoutMs, own.turnTimeoutMs),
   });
 }
