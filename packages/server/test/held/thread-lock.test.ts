@@ -100,7 +100,8 @@ describe('one run per thread', () => {
 
     // D is held and comes after B: once A ends, B goes first.
     const later = t.call('POST', '/agents/echo/runs', { input: 'D', thread_id: thread });
-    await until(async () => (await t.call('GET', '/agents/runs')).body.data.length === 4, 'D admitted or waiting');
+    // D waits for the thread before it is admitted: it shows as a caller waiting for the thread.
+    await until(() => t.server.waiters.size === 1, 'D waiting for the thread');
     release();
     expect((await holder).body.status).toBe('succeeded');
     expect((await later).body.status).toBe('succeeded');
