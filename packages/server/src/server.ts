@@ -88,21 +88,27 @@ export async function serve(options: ServeOptions = {}): Promise<RunningServer> 
     options.signal?.throwIfAborted();
     await app.start();
     const running = app;
+    // Drain and close end the same way once: a second call (a signal during a close, a test's
+    // cleanup after a close) waits for the first instead of closing a closed store.
+    let ending: Promise<string[]> | undefined;
+    const end = (how: () => Promise<string[]>) =>
+      (ending ??= (async () => {
+        const interrupted = await how();
+        await store.close();
+        await config.close?.();
+        return interrupted;
+      })());
     return {
       ...running,
       url: address,
       store,
       config,
-      async drain() {
-        const interrupted = await running.drain();
-        await store.close();
-        await config.close?.();
-        return interrupted;
-      },
-      async close() {
-        await running.close();
-        await store.close();
-        await config.close?.();
+      drain: () => end(() => running.drain()),
+      close: async () => {
+        await end(async () => {
+          await running.close();
+          return [];
+        });
       },
     };
   } catch (error) {
