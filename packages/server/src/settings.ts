@@ -176,7 +176,7 @@ export function resolveSettings(
       throw new SettingsError(
         variable,
         raw,
-        `Expected ${variable} (settings.${key}) to be a whole number from ${min} to ${max}, got \`${String(raw)}\``,
+        `Expected ${variable} (${configKeyOf(key)}) to be a whole number from ${min} to ${max}, got \`${String(raw)}\``,
       );
     }
     out[key] = value;
@@ -198,6 +198,11 @@ export function resolveSettings(
     out.deferredConcurrency = Math.max(1, Math.floor(out.runConcurrency / 2));
   }
   return Object.freeze(out);
+}
+
+/** Where a setting is written in a config: `runs.*` for the bounds of held runs, else `settings.*`. */
+function configKeyOf(key: NumericKey): string {
+  return Object.values(runsKeys).includes(key as never) ? `runs.${key}` : `settings.${key}`;
 }
 
 /** `none`, null or 0: no run timeout; otherwise a whole number of milliseconds a timer can hold. */

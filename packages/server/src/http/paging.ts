@@ -16,7 +16,11 @@ export const pageLimit = (limit: string | undefined): number =>
  * The items of a page, in order, until the page holds `limit` items or MAX_PAGE_BYTES of JSON
  * (at least one item). `rows` may hold one more than `limit`: then there is more to read.
  */
-export function fillPage<R, I>(rows: R[], limit: number, render: (row: R) => I): { data: I[]; more: boolean } {
+export function fillPage<R, I>(
+  rows: R[],
+  limit: number,
+  render: (row: R) => I,
+): { data: I[]; more: boolean } {
   const data: I[] = [];
   let bytes = 0;
   for (const row of rows.slice(0, limit)) {

@@ -56,7 +56,8 @@ const metadataSchema = {
 } as const;
 
 const runInput = {
-  description: 'A non-empty string, or a list of messages (at most 500, with at most 100 content blocks each).',
+  description:
+    'A non-empty string, or a list of messages (at most 500, with at most 100 content blocks each).',
   anyOf: [
     { type: 'string', minLength: 1, pattern: storableText },
     { type: 'array', minItems: 1, maxItems: 100_000, items: messageSchema },
@@ -75,7 +76,7 @@ export const createRunBody = {
   properties: {
     input: runInput,
     messages: {
-      description: 'The run\'s messages, instead of `input`: `[{ role, content }]`.',
+      description: "The run's messages, instead of `input`: `[{ role, content }]`.",
       type: 'array',
       minItems: 1,
       maxItems: 100_000,

@@ -185,11 +185,16 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
             );
           }
         }
-        const admission = await admitRun(db, who, newRun, ctx.limitsFor(who.tenant), settings.statementTimeoutMs)
-          .catch(async (error: unknown) => {
-            if (thread) await unlockThread(db, thread.id, newRun.id!).catch(() => undefined);
-            throw error;
-          });
+        const admission = await admitRun(
+          db,
+          who,
+          newRun,
+          ctx.limitsFor(who.tenant),
+          settings.statementTimeoutMs,
+        ).catch(async (error: unknown) => {
+          if (thread) await unlockThread(db, thread.id, newRun.id!).catch(() => undefined);
+          throw error;
+        });
         if (!admission.ok) {
           if (thread) await unlockThread(db, thread.id, newRun.id!).catch(() => undefined);
           throw refusalError(admission.refusal);
@@ -199,7 +204,8 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
         place.release();
         throw error;
       }
-      if (body.on_disconnect === 'cancel') gone.addEventListener('abort', () => executor.stop(run.id, 'cancel'));
+      if (body.on_disconnect === 'cancel')
+        gone.addEventListener('abort', () => executor.stop(run.id, 'cancel'));
       if (body.stream) {
         const finished = streamRun(reply, executor, run, { keepAliveMs: settings.streamKeepAliveMs, db });
         void finished.finally(place.release);
@@ -219,7 +225,10 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
     if (newRun.schedule !== undefined) return reply.status(202).send(toApiRun(run));
     executor.notify();
     if (!wait) return reply.status(202).send(toApiRun(run));
-    const result = await waiters.wait(run.id, { timeoutMs: settings.syncTimeoutMs, signal: clientGone(reply) });
+    const result = await waiters.wait(run.id, {
+      timeoutMs: settings.syncTimeoutMs,
+      signal: clientGone(reply),
+    });
     const current = (await getRun(db, who.tenant, run.id)) ?? run;
     if (result === 'closed')
       throw new HttpError(503, 'server_draining', 'This server is shutting down; the run goes on', {

@@ -52,7 +52,13 @@ export function threadRoutes(api: FastifyInstance, ctx: RouteContext): void {
 
   api.get<{ Params: { id: string }; Querystring: { limit?: string; cursor?: string } }>(
     '/threads/:id/messages',
-    { schema: { summary: "A thread's messages, oldest first", params: threadParams, querystring: listMessagesQuery } },
+    {
+      schema: {
+        summary: "A thread's messages, oldest first",
+        params: threadParams,
+        querystring: listMessagesQuery,
+      },
+    },
     async (request) => {
       const thread = await getThread(db, request.principal.tenant, request.params.id);
       if (!thread) throw notFound(`No thread \`${shown(request.params.id)}\``);

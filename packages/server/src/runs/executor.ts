@@ -15,13 +15,7 @@ import type { RunEvents } from './events.js';
 import { cleanText } from './json.js';
 import { historyOf, newThreadMessages, threadLeaseMs } from '../threads/store.js';
 import { claimDefaultRun, claimDeferredRun } from './claims.js';
-import {
-  finishRun,
-  getRun,
-  runsToStop,
-  type Outcome,
-  type RunRow,
-} from './store.js';
+import { finishRun, getRun, runsToStop, type Outcome, type RunRow } from './store.js';
 import type { RunWaiters } from './waiters.js';
 
 /** Why a local run was stopped before it ended by itself. */
@@ -389,7 +383,8 @@ const toChatMessage = (m: { role: ChatMessage['role']; content: unknown }): Chat
 /** A stored input as the agent's prompt: the text, or the messages in order. */
 function chatMessages(input: unknown): string | ChatMessage[] {
   if (typeof input === 'string') return input;
-  if (Array.isArray(input)) return (input as { role: ChatMessage['role']; content: unknown }[]).map(toChatMessage);
+  if (Array.isArray(input))
+    return (input as { role: ChatMessage['role']; content: unknown }[]).map(toChatMessage);
   return JSON.stringify(input);
 }
 

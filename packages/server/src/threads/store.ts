@@ -41,7 +41,9 @@ const threadIdPattern = /^thr_[0-9a-f]{24}$/;
 export const isThreadId = (id: string) => threadIdPattern.test(id);
 
 /** The holder of a thread still counts: it is not final and its lease has not run out. */
-export const threadHeld = (t: string) => `(${t}.active_run_id IS NOT NULL AND ${t}.lock_expires_at > clock_timestamp()
+export const threadHeld = (
+  t: string,
+) => `(${t}.active_run_id IS NOT NULL AND ${t}.lock_expires_at > clock_timestamp()
   AND NOT EXISTS (SELECT 1 FROM agent_runs h WHERE h.id = ${t}.active_run_id
                   AND h.status IN ('succeeded', 'failed', 'canceled')))`;
 
@@ -77,10 +79,10 @@ export async function createThread(db: Database, who: Principal, metadata: unkno
 export async function getThread(db: SqlClient, tenant: string, id: string): Promise<ThreadRow | undefined> {
   if (!isThreadId(id)) return undefined;
   return (
-    await db.query<ThreadRow>(`SELECT ${columns} FROM threads t WHERE t.id = $1::text AND t.tenant = $2::text`, [
-      id,
-      tenant,
-    ])
+    await db.query<ThreadRow>(
+      `SELECT ${columns} FROM threads t WHERE t.id = $1::text AND t.tenant = $2::text`,
+      [id, tenant],
+    )
   ).rows[0];
 }
 
@@ -115,7 +117,8 @@ export async function historyOf(
   ).rows;
 }
 
-export type LockAttempt = { ok: true } | { ok: false; activeRunId: string | null } | { ok: false; missing: true };
+export type LockAttempt =
+  { ok: true } | { ok: false; activeRunId: string | null } | { ok: false; missing: true };
 
 /**
  * Takes a tenant's thread for `runId` (or renews it, when `runId` holds it already), unless

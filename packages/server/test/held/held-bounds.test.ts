@@ -34,7 +34,9 @@ describe('the per-user cap of held runs (runs.maxConcurrentPerUser)', () => {
     }
     // Another user of the same tenant, and a queued run of the same user, are not held runs.
     expect((await t.call('POST', '/agents/echo/runs', { input: 'bob' }, bob)).status).toBe(200);
-    expect((await t.call('POST', '/agents/echo/runs', { input: 'later', wait: false }, ann)).status).toBe(202);
+    expect((await t.call('POST', '/agents/echo/runs', { input: 'later', wait: false }, ann)).status).toBe(
+      202,
+    );
 
     expect((await t.call('POST', `/agents/runs/${streamed}/cancel`, {}, ann)).body.status).toBe('canceled');
     expect((await stream.rest()).at(-1)!.event).toBe('run.canceled');
@@ -68,18 +70,26 @@ describe('run timeouts and per-run bounds', () => {
     await until(() => provider.inFlight === 0, 'the provider request aborted');
   });
 
-  it('a client timeout_ms tightens the run timeout, and cannot loosen it: a larger value is lowered to the server\'s', async () => {
+  it("a client timeout_ms tightens the run timeout, and cannot loosen it: a larger value is lowered to the server's", async () => {
     const provider = await startProviderStandIn({ reply: () => ({ stall: true }) });
     afterThisTest(() => provider.close());
     const t = await startTestServer({ provider, runs: { timeoutMs: 400 } });
     const tighter = await t.call('POST', '/agents/echo/runs', { input: 'slow', config: { timeout_ms: 200 } });
     expect(tighter.status).toBe(504);
-    const looser = await t.call('POST', '/agents/echo/runs', { input: 'slow', config: { timeout_ms: 3_600_000 } });
+    const looser = await t.call('POST', '/agents/echo/runs', {
+      input: 'slow',
+      config: { timeout_ms: 3_600_000 },
+    });
     expect(looser.status).toBe(504);
     // Removing it is not the client's call either.
-    const removed = await t.call('POST', '/agents/echo/runs', { input: 'slow', config: { timeout_ms: null } });
+    const removed = await t.call('POST', '/agents/echo/runs', {
+      input: 'slow',
+      config: { timeout_ms: null },
+    });
     expect(removed.status).toBe(504);
-    const rows = await t.server.store.db.query<{ config: unknown }>('SELECT config FROM agent_runs ORDER BY seq');
+    const rows = await t.server.store.db.query<{ config: unknown }>(
+      'SELECT config FROM agent_runs ORDER BY seq',
+    );
     expect(rows.rows.map((r) => r.config)).toEqual([
       { timeout_ms: 200, max_parallel_tool_calls: 10 },
       { timeout_ms: 400, max_parallel_tool_calls: 10 },
@@ -87,12 +97,17 @@ describe('run timeouts and per-run bounds', () => {
     ]);
   });
 
-  it('max_parallel_tool_calls: the server caps a turn\'s tools; a client can lower it and never raise it; tool_timeout_ms bounds one tool call', async () => {
+  it("max_parallel_tool_calls: the server caps a turn's tools; a client can lower it and never raise it; tool_timeout_ms bounds one tool call", async () => {
     // One turn asks for six tool calls at once; then the answer.
     const provider = await startProviderStandIn({
       reply: (r) =>
         r.messages.some((m) => m.role === 'tool')
-          ? { text: r.messages.filter((m) => m.role === 'tool').map((m) => String(m.content)).join(',') }
+          ? {
+              text: r.messages
+                .filter((m) => m.role === 'tool')
+                .map((m) => String(m.content))
+                .join(','),
+            }
           : { toolCalls: Array.from({ length: 6 }, (_, i) => ({ name: 'work', arguments: { n: i } })) },
     });
     afterThisTest(() => provider.close());
@@ -149,7 +164,10 @@ describe('run timeouts and per-run bounds', () => {
 
     // A tool that never returns, bounded by tool_timeout_ms: the model is told and answers.
     gateOpen = false;
-    const bounded = await t.call('POST', '/agents/worker/runs', { input: 'go', config: { tool_timeout_ms: 200 } });
+    const bounded = await t.call('POST', '/agents/worker/runs', {
+      input: 'go',
+      config: { tool_timeout_ms: 200 },
+    });
     expect(bounded.status).toBe(200);
     expect(bounded.body.status).toBe('succeeded');
     expect(bounded.body.output.text).toMatch(/time/i);

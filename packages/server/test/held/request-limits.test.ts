@@ -7,7 +7,10 @@ import { parseResponses } from '../http/raw-client.js';
  * Sends `head` (and nothing more) and resolves with the first whole response, while the socket
  * is still open: the server must answer without waiting for the body it was promised.
  */
-function answerToHead(port: number, head: string): Promise<{ status: number; body: Body; bytesSent: number }> {
+function answerToHead(
+  port: number,
+  head: string,
+): Promise<{ status: number; body: Body; bytesSent: number }> {
   return new Promise((resolve, reject) => {
     const socket = connect({ host: '127.0.0.1', port });
     let data = Buffer.alloc(0);
@@ -18,7 +21,11 @@ function answerToHead(port: number, head: string): Promise<{ status: number; bod
       const [response] = parseResponses(data).responses;
       if (response && Buffer.byteLength(response.body) === Number(response.headers['content-length'])) {
         socket.destroy();
-        resolve({ status: response.status, body: JSON.parse(response.body) as Body, bytesSent: socket.bytesWritten });
+        resolve({
+          status: response.status,
+          body: JSON.parse(response.body) as Body,
+          bytesSent: socket.bytesWritten,
+        });
       }
     });
     socket.on('close', () => reject(new Error('closed without a whole answer')));
@@ -53,14 +60,26 @@ describe('fixed request limits', () => {
     } as RequestInit);
     expect(response.status).toBe(413);
     expect(((await response.json()) as Body).error.code).toBe('request_too_large');
-    expect((await t.call('POST', '/agents/echo/runs', { input: 'still here' })).body.status).toBe('succeeded');
+    expect((await t.call('POST', '/agents/echo/runs', { input: 'still here' })).body.status).toBe(
+      'succeeded',
+    );
   });
 
   it.each([
-    ['messages', { messages: Array.from({ length: 501 }, () => ({ role: 'user', content: 'm' })) }, 'messages', 500, 501],
+    [
+      'messages',
+      { messages: Array.from({ length: 501 }, () => ({ role: 'user', content: 'm' })) },
+      'messages',
+      500,
+      501,
+    ],
     [
       'content_blocks',
-      { messages: [{ role: 'user', content: Array.from({ length: 101 }, () => ({ type: 'text', text: 'b' })) }] },
+      {
+        messages: [
+          { role: 'user', content: Array.from({ length: 101 }, () => ({ type: 'text', text: 'b' })) },
+        ],
+      },
       'messages.0.content',
       100,
       101,
@@ -68,33 +87,50 @@ describe('fixed request limits', () => {
     ['text_chars', { input: 'c'.repeat(1_000_001) }, 'input', 1_000_000, 1_000_001],
     [
       'text_chars',
-      { messages: [{ role: 'user', content: 'c'.repeat(600_000) }, { role: 'assistant', content: 'd'.repeat(400_001) }] },
+      {
+        messages: [
+          { role: 'user', content: 'c'.repeat(600_000) },
+          { role: 'assistant', content: 'd'.repeat(400_001) },
+        ],
+      },
       'messages',
       1_000_000,
       1_000_001,
     ],
-  ] as const)('%s: one past the limit is 413 request_too_large naming the limit, its value and the count', async (limit, body, field, max, value) => {
-    const t = await startTestServer();
-    for (const extra of [{}, { stream: true }]) {
-      const r = await t.call('POST', '/agents/echo/runs', { ...body, ...extra });
-      expect(r.status).toBe(413);
-      expect(r.body.error).toMatchObject({
-        type: 'request_too_large',
-        code: 'request_too_large',
-        limit,
-        limit_value: max,
-        value,
-        param: field,
-      });
-    }
-    expect((await t.call('GET', '/agents/runs')).body.data).toEqual([]);
-  });
+  ] as const)(
+    '%s: one past the limit is 413 request_too_large naming the limit, its value and the count',
+    async (limit, body, field, max, value) => {
+      const t = await startTestServer();
+      for (const extra of [{}, { stream: true }]) {
+        const r = await t.call('POST', '/agents/echo/runs', { ...body, ...extra });
+        expect(r.status).toBe(413);
+        expect(r.body.error).toMatchObject({
+          type: 'request_too_large',
+          code: 'request_too_large',
+          limit,
+          limit_value: max,
+          value,
+          param: field,
+        });
+      }
+      expect((await t.call('GET', '/agents/runs')).body.data).toEqual([]);
+    },
+  );
 
   it('exactly at each limit is accepted', async () => {
     const t = await startTestServer();
     const atLimit = [
-      { messages: Array.from({ length: 500 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: 'm' })) },
-      { messages: [{ role: 'user', content: Array.from({ length: 100 }, () => ({ type: 'text', text: 'b' })) }] },
+      {
+        messages: Array.from({ length: 500 }, (_, i) => ({
+          role: i % 2 ? 'assistant' : 'user',
+          content: 'm',
+        })),
+      },
+      {
+        messages: [
+          { role: 'user', content: Array.from({ length: 100 }, () => ({ type: 'text', text: 'b' })) },
+        ],
+      },
       { input: 'c'.repeat(1_000_000) },
     ];
     for (const body of atLimit) {

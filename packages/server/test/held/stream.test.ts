@@ -137,7 +137,10 @@ describe('streamed runs', () => {
     await until(() => provider.inFlight === 1, 'the first run at the provider');
     staying.close();
     held.open();
-    await until(async () => (await t.statusOf(kept)).status === 'succeeded', 'the run finishing without its client');
+    await until(
+      async () => (await t.statusOf(kept)).status === 'succeeded',
+      'the run finishing without its client',
+    );
     expect((await t.statusOf(kept)).output).toEqual({ text: 'finished anyway' });
     held = gate();
 

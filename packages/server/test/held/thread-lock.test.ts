@@ -128,7 +128,10 @@ describe.runIf(postgres)('the thread lock across processes', () => {
     const api = '/api/client/v1';
     const thread = (await send(b.url, 'POST', `${api}/threads`, { token, body: {} })).body.id as string;
 
-    void send(a.url, 'POST', `${api}/agents/echo/runs`, { token, body: { input: 'stall', thread_id: thread } });
+    void send(a.url, 'POST', `${api}/agents/echo/runs`, {
+      token,
+      body: { input: 'stall', thread_id: thread },
+    });
     await until(() => provider.inFlight === 1, 'the holder at the provider');
     const waiting = send(b.url, 'POST', `${api}/agents/echo/runs`, {
       token,
@@ -159,7 +162,10 @@ describe.runIf(postgres)('the thread lock across processes', () => {
     const api = '/api/client/v1';
     const thread = (await send(a.url, 'POST', `${api}/threads`, { token, body: {} })).body.id as string;
     const answers = [a, b].map((s, i) =>
-      send(s.url, 'POST', `${api}/agents/echo/runs`, { token, body: { input: `hold ${i}`, thread_id: thread } }),
+      send(s.url, 'POST', `${api}/agents/echo/runs`, {
+        token,
+        body: { input: `hold ${i}`, thread_id: thread },
+      }),
     );
     await until(() => provider.requests.length >= 1, 'one run at the provider');
     // However long we look, the other stays out while the first is held.

@@ -96,7 +96,7 @@ describe('threads', () => {
     }
   });
 
-  it('a hostile tenant: another tenant\'s thread is 404 everywhere (read, messages, runs), as are made-up ids; a read token cannot create one', async () => {
+  it("a hostile tenant: another tenant's thread is 404 everywhere (read, messages, runs), as are made-up ids; a read token cannot create one", async () => {
     const t = await startTestServer();
     const id = (await t.call('POST', '/threads')).body.id as string;
     const other = await t.token({ tenant: 'other' });
@@ -128,7 +128,10 @@ describe('threads', () => {
 
   it('`input` and `messages` together, or neither, are a 400 naming the field', async () => {
     const t = await startTestServer();
-    const both = await t.call('POST', '/agents/echo/runs', { input: 'a', messages: [{ role: 'user', content: 'b' }] });
+    const both = await t.call('POST', '/agents/echo/runs', {
+      input: 'a',
+      messages: [{ role: 'user', content: 'b' }],
+    });
     expect(both.status).toBe(400);
     expect(both.body.error.param).toBe('messages');
     const neither = await t.call('POST', '/agents/echo/runs', { metadata: {} });

@@ -68,3 +68,71 @@ describe('L5: settings out of range are refused, naming the variable, the range 
     expect(Object.isFrozen(settings)).toBe(true);
   });
 });
+
+describe('the bounds of held runs (runs.* in the config, SLUICE_* variables)', () => {
+  it('defaults: no run timeout while developing, 300 s with NODE_ENV=production; 10 held runs per user; 10 parallel tool calls; 30 s thread wait', () => {
+    expect(resolveSettings({}, {})).toMatchObject({
+      runTimeoutMs: null,
+      maxConcurrentPerUser: 10,
+      maxParallelToolCalls: 10,
+      threadBusyWaitMs: 30_000,
+    });
+    expect(resolveSettings({}, { NODE_ENV: 'production' }).runTimeoutMs).toBe(300_000);
+  });
+
+  it('the runs block sets them; null removes the timeout and the user cap, even in production', () => {
+    const runs = {
+      timeoutMs: 5_000,
+      maxConcurrentPerUser: 3,
+      maxParallelToolCalls: 4,
+      threadBusyWaitMs: 100,
+    };
+    expect(resolveSettings({}, {}, runs)).toMatchObject({
+      runTimeoutMs: 5_000,
+      maxConcurrentPerUser: 3,
+      maxParallelToolCalls: 4,
+      threadBusyWaitMs: 100,
+    });
+    const open = resolveSettings(
+      {},
+      { NODE_ENV: 'production' },
+      { timeoutMs: null, maxConcurrentPerUser: null },
+    );
+    expect(open.runTimeoutMs).toBeNull();
+    expect(open.maxConcurrentPerUser).toBe(0);
+  });
+
+  it('environment variables override the runs block; SLUICE_RUN_TIMEOUT_MS=none removes the timeout', () => {
+    const env = {
+      NODE_ENV: 'production',
+      SLUICE_RUN_TIMEOUT_MS: 'none',
+      SLUICE_MAX_CONCURRENT_PER_USER: '0',
+      SLUICE_MAX_PARALLEL_TOOL_CALLS: '2',
+      SLUICE_THREAD_BUSY_WAIT_MS: '250',
+    };
+    expect(
+      resolveSettings({}, env, { timeoutMs: 1, maxConcurrentPerUser: 5, maxParallelToolCalls: 9 }),
+    ).toMatchObject({
+      runTimeoutMs: null,
+      maxConcurrentPerUser: 0,
+      maxParallelToolCalls: 2,
+      threadBusyWaitMs: 250,
+    });
+    expect(resolveSettings({}, { SLUICE_RUN_TIMEOUT_MS: '1500' }).runTimeoutMs).toBe(1500);
+  });
+
+  it('bad values are refused naming the variable, the config key and the value', () => {
+    for (const value of ['-5', '1.5', 'forever', String(MAX_TIMER_MS + 1)]) {
+      const error = refusal({}, { SLUICE_RUN_TIMEOUT_MS: value });
+      expect(error.variable).toBe('SLUICE_RUN_TIMEOUT_MS');
+      expect(error.message).toContain('runs.timeoutMs');
+      expect(error.message).toContain(value);
+    }
+    expect(() => resolveSettings({}, {}, { maxParallelToolCalls: 0 })).toThrow(
+      /SLUICE_MAX_PARALLEL_TOOL_CALLS \(runs\.maxParallelToolCalls\) to be a whole number from 1 to 10000, got `0`/,
+    );
+    expect(() => resolveSettings({}, { SLUICE_THREAD_BUSY_WAIT_MS: 'soon' })).toThrow(
+      /runs\.threadBusyWaitMs/,
+    );
+  });
+});

@@ -59,7 +59,9 @@ describe('tokens from the command line', () => {
       expect(lineOf(a.id)).toMatch(
         new RegExp(`^${a.id} {2}tenant=acme project=p user=u role=member created=\\S`),
       );
-      expect(lineOf(b.id)).toMatch(new RegExp(`^${b.id} {2}tenant=bolt project=p user=u role=read created=\\S`));
+      expect(lineOf(b.id)).toMatch(
+        new RegExp(`^${b.id} {2}tenant=bolt project=p user=u role=read created=\\S`),
+      );
       for (const { secret } of [a, b]) expect(all.output).not.toContain(secret);
       expect(all.output).not.toMatch(secretPattern);
 
