@@ -33,13 +33,18 @@ export async function holdThread(
   for (;;) {
     const attempt = await lockThread(db, request.thread, request.runId, request.leaseMs);
     if (attempt.ok || 'missing' in attempt) return attempt;
-    const left = deadline - Date.now();
-    if (left <= 0 || request.signal?.aborted) return attempt;
     if (request.onBusy === 'cancel' && attempt.activeRunId !== null && Date.now() - askedAt >= RETRY_MS) {
+      // Asked before the deadline is looked at: even with no time to wait, the holder is stopped
+      // (a local one has ended when this returns), and the thread is tried again at once.
       askedAt = Date.now();
       const active = await getRun(db, request.thread.tenant, attempt.activeRunId);
-      if (active) await cancelRun(deps, active, { confirmMs: 0 });
+      if (active) {
+        await cancelRun(deps, active, { confirmMs: 0 });
+        continue;
+      }
     }
+    const left = deadline - Date.now();
+    if (left <= 0 || request.signal?.aborted) return attempt;
     await waiters.waitForThread(request.thread.id, {
       timeoutMs: Math.min(left, RETRY_MS),
       signal: request.signal,

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { startProviderStandIn } from '@sluice/testkit';
 import { afterThisTest, lastUserText, postgres, startTestServer, until, type Body } from '../helpers.js';
+import { lockThread } from '../../src/threads/store.js';
 import { gate, send, startServer, testDatabase } from '../process/harness.js';
 
 /**
@@ -61,9 +62,9 @@ describe('one run per thread', () => {
     expect(third.status).toBe(200);
   });
 
-  it("on_busy: 'cancel' cancels the active run (its provider request is aborted) and then runs", async () => {
+  it("on_busy: 'cancel' cancels the active run (its provider request is aborted) and then runs, even with no time to wait", async () => {
     const { provider } = await gatedProvider();
-    const t = await startTestServer({ provider });
+    const t = await startTestServer({ provider, runs: { threadBusyWaitMs: 0 } });
     const thread = (await t.call('POST', '/threads')).body.id as string;
     const first = t.call('POST', '/agents/echo/runs', { input: 'stall', thread_id: thread });
     await until(() => provider.inFlight === 1, 'the first run at the provider');
@@ -109,6 +110,57 @@ describe('one run per thread', () => {
     expect(order).toEqual(['hold A', 'C', 'B', 'D']);
     const messages = (await t.call('GET', `/threads/${thread}/messages`)).body.data as Body[];
     expect(messages.map((m) => m.content)).toEqual(['hold A', 'done hold A', 'B', 'done B', 'D', 'done D']);
+  });
+});
+
+describe('the thread lock is a lease', () => {
+  it('a holder that never renews (a process gone before its run was written) gives the thread up when the lease runs out', async () => {
+    const t = await startTestServer();
+    const db = t.server.store.db;
+    const thread = (await t.call('POST', '/threads')).body.id as string;
+    const ghost = { id: thread, tenant: 't' };
+    expect(await lockThread(db, ghost, 'run_000000000000000000000001', 300)).toEqual({ ok: true });
+    expect(await lockThread(db, ghost, 'run_000000000000000000000002', 300)).toEqual({
+      ok: false,
+      activeRunId: 'run_000000000000000000000001',
+    });
+    expect((await t.call('GET', `/threads/${thread}`)).body.status).toBe('busy');
+    await until(
+      async () => (await t.call('GET', `/threads/${thread}`)).body.status === 'idle',
+      'the lease running out',
+    );
+    expect((await t.call('POST', '/agents/echo/runs', { input: 'mine now', thread_id: thread })).status).toBe(
+      200,
+    );
+  });
+
+  it('a live holder keeps it: its process renews the lease with every heartbeat, past several lease lengths', async () => {
+    const { provider, release } = await gatedProvider();
+    // A lease of 3 x 1 s, renewed every 250 ms.
+    const t = await startTestServer({
+      provider,
+      settings: { nodeStaleMs: 1000 },
+      runs: { threadBusyWaitMs: 0 },
+    });
+    const thread = (await t.call('POST', '/threads')).body.id as string;
+    const holder = t.call('POST', '/agents/echo/runs', { input: 'hold', thread_id: thread });
+    await until(() => provider.inFlight === 1, 'the holder at the provider');
+    const lease = async () =>
+      (
+        await t.server.store.db.query<{ expires: number; now: number }>(
+          `SELECT extract(epoch FROM lock_expires_at)::float8 AS expires, extract(epoch FROM clock_timestamp())::float8 AS now
+           FROM threads WHERE id = $1`,
+          [thread],
+        )
+      ).rows[0]!;
+    const first = (await lease()).expires;
+    // Past the end of the lease as it was first taken: without renewal the thread would be free.
+    await until(async () => (await lease()).now > first, 'the first lease length passing');
+    expect((await lease()).expires).toBeGreaterThan(first);
+    const refused = await t.call('POST', '/agents/echo/runs', { input: 'x', thread_id: thread });
+    expect(refused.status).toBe(409);
+    release();
+    expect((await holder).body.status).toBe('succeeded');
   });
 });
 

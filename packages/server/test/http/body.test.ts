@@ -75,7 +75,7 @@ describe('input', () => {
 
   it('row 15: no input is a 400 naming `input`', async () => {
     const error = expectError(await post({ class: 'default' }), 400, 'invalid_request', 'input');
-    expect(error.message).toBe('Expected `input` in the body');
+    expect(error.message).toBe('Expected `input` (a string or messages) or `messages`');
   });
 
   it.each([

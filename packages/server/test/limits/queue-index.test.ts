@@ -23,14 +23,16 @@ const nodesOf = (plan: PlanNode): PlanNode[] => [plan, ...(plan.Plans ?? []).fla
 async function claimPlan(db: Pick<Database, 'query'>): Promise<PlanNode[]> {
   let plan: PlanNode | undefined;
   const explaining = {
+    // The claim's first statement picks the candidate: that is the plan looked at.
     query: async (text: string, params?: unknown[]) => {
       const r = await db.query<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(
         `EXPLAIN (ANALYZE, FORMAT JSON) ${text}`,
         params,
       );
-      plan = r.rows[0]!['QUERY PLAN'][0].Plan;
+      plan ??= r.rows[0]!['QUERY PLAN'][0].Plan;
       return { rows: [] };
     },
+    transaction: (work: (tx: unknown) => Promise<unknown>) => work(explaining),
   } as unknown as Database;
   await claimDefaultRun(explaining, 'node_me');
   return nodesOf(plan!);
@@ -75,7 +77,8 @@ describe.runIf(postgres)('on PostgreSQL', () => {
         throw Object.assign(new Error('roll back'), { nodes: await claimPlan(tx) });
       })
       .catch((error: { nodes: PlanNode[] }) => error.nodes);
-    expect(shared.map((n) => n['Index Name'])).toContain('agent_runs_queue');
+    // Whichever way the planner then reads the queue, it walks past the whole backlog.
+    expect(shared.map((n) => n['Index Name'])).not.toContain('agent_runs_queue_default');
     expect(removedByFilter(shared)).toBeGreaterThanOrEqual(10_000);
     expect(
       (await store.db.query(`SELECT 1 FROM pg_indexes WHERE indexname = 'agent_runs_queue_default'`)).rows,
