@@ -9,22 +9,26 @@
  *
  * The peer is the provider stand-in of @sluice/testkit answering an OpenAI-compatible
  * `POST /chat/completions` with `stream: true`, read with fetch: what a client talking to the
- * provider itself would see. The server runs in this process on embedded PGlite; both paths
- * use the same stand-in, whose chunks are 16 characters of text each and are written with no
- * delay between them (so what is measured is the cost of carrying them, not a provider's pace).
+ * provider itself would see. The server runs on embedded PGlite; both paths use the same
+ * stand-in, whose chunks are 16 characters of text each and are written with no delay between
+ * them (so what is measured is the cost of carrying them, not a provider's pace).
  *
  * Run: npm run bench:stream   (-- --quick)
  */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
 import { createAgent } from 'sluice';
 import { createToken, defineConfig, serve } from '@sluice/server';
 import { startProviderStandIn } from '@sluice/testkit';
 
 const quick = process.argv.includes('--quick');
-const iterations = quick ? 7 : 31;
+const iterations = quick ? 7 : 51;
 const warmup = quick ? 2 : 5;
 /** The stand-in cuts text into pieces of this many characters (packages/testkit/src/stand-in.ts). */
 const CHUNK_CHARS = 16;
@@ -36,28 +40,80 @@ const textOf = (chunks: number) =>
   Array.from({ length: chunks }, (_, i) => `${String(i).padStart(4, '0')}-abcdefghij `).join('');
 if (textOf(1).length !== CHUNK_CHARS) throw new Error('a reply piece must be one stand-in chunk');
 
-const provider = await startProviderStandIn({
-  reply: (r) => {
-    const last = [...r.messages].reverse().find((m) => m.role === 'user');
-    const asked = /chunks:(\d+)/.exec(
-      typeof last?.content === 'string' ? last.content : JSON.stringify(last),
-    )?.[1];
-    return { text: textOf(Number(asked ?? SHORT)) };
-  },
-});
-const model = { api: 'openai-completions' as const, provider: 'stand-in', id: 'm', baseUrl: provider.url };
-const dir = mkdtempSync(join(tmpdir(), 'sluice-bench-stream-'));
-const server = await serve({
-  config: defineConfig({ agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) } }),
-  port: 0,
-  dataDir: dir,
-  databaseUrl: '',
-  // Warnings only: the per-request info lines would fill the table's terminal, not change the figures much.
-  logger: { level: 'warn' },
-});
-const token = (
-  await createToken(server.store.db, { tenant: 'bench', project: 'p', user: 'u', role: 'member' })
-).secret;
+/**
+ * The client, the run server and the stand-in each get a process of their own: on one event
+ * loop the client could not read a delta while the server's embedded database (PGlite runs
+ * on the server's thread) writes the run's end, and the stand-in's writing would land on the
+ * server's loop, where a real provider's never does.
+ */
+const role = process.env.SLUICE_STREAM_BENCH_ROLE;
+
+/** Starts this file again as a `role` process; resolves with the JSON line it prints once ready. */
+async function start(name: 'provider' | 'server', env: Record<string, string> = {}) {
+  const child = spawn(
+    process.execPath,
+    ['--conditions=@sluice/source', '--import', 'tsx', fileURLToPath(import.meta.url)],
+    { env: { ...process.env, ...env, SLUICE_STREAM_BENCH_ROLE: name }, stdio: ['pipe', 'pipe', 'inherit'] },
+  );
+  const [line] = (await once(createInterface({ input: child.stdout! }), 'line')) as [string];
+  const stop = async () => {
+    child.stdin!.end(); // the child closes what it started when its input ends
+    if (child.exitCode === null) await once(child, 'exit');
+  };
+  return { ready: JSON.parse(line) as Record<string, string>, stop };
+}
+
+/** Serves until the parent closes this process's input. */
+async function serveUntilParentLeaves(ready: Record<string, string>, close: () => Promise<unknown>) {
+  console.log(JSON.stringify(ready));
+  process.stdin.resume();
+  await once(process.stdin, 'end');
+  await close();
+  process.exit(0);
+}
+
+if (role === 'provider') {
+  const provider = await startProviderStandIn({
+    reply: (r) => {
+      const last = [...r.messages].reverse().find((m) => m.role === 'user');
+      const asked = /chunks:(\d+)/.exec(
+        typeof last?.content === 'string' ? last.content : JSON.stringify(last),
+      )?.[1];
+      return { text: textOf(Number(asked ?? SHORT)) };
+    },
+  });
+  await serveUntilParentLeaves({ url: provider.url }, () => provider.close());
+}
+if (role === 'server') {
+  const model = {
+    api: 'openai-completions' as const,
+    provider: 'stand-in',
+    id: 'm',
+    baseUrl: process.env.SLUICE_STREAM_BENCH_PROVIDER!,
+  };
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-bench-stream-'));
+  const server = await serve({
+    config: defineConfig({ agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) } }),
+    port: 0,
+    dataDir: dir,
+    databaseUrl: '',
+    // Warnings only: the info line per request would bury the table.
+    logger: { level: 'warn' },
+  });
+  const token = (
+    await createToken(server.store.db, { tenant: 'bench', project: 'p', user: 'u', role: 'member' })
+  ).secret;
+  await serveUntilParentLeaves({ url: server.url, token }, async () => {
+    await server.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+}
+
+const providerProcess = await start('provider');
+const provider = { url: providerProcess.ready.url! };
+const serverProcess = await start('server', { SLUICE_STREAM_BENCH_PROVIDER: provider.url });
+const server = { url: serverProcess.ready.url! };
+const token = serverProcess.ready.token!;
 
 interface Sample {
   /** From the request's start to the first text. */
@@ -152,14 +208,16 @@ const samples = new Map<string, Sample[]>(cases.map(([p, n]) => [`${p}:${n}`, []
 for (let i = 0; i < warmup + iterations; i++) {
   // Round-robin, so drift on the shared machine falls on every path alike.
   for (const [path, chunks] of cases) {
+    // Let the work a streamed run leaves behind once its response has ended (its place, its
+    // thread waiters, the garbage of 500 events) finish before the next sample starts.
+    await new Promise((resolve) => setTimeout(resolve, 20));
     const sample = await paths[path](chunks);
     if (sample.text !== textOf(chunks)) throw new Error(`${path} run of ${chunks} chunks lost text`);
     if (i >= warmup) samples.get(`${path}:${chunks}`)!.push(sample);
   }
 }
-await server.close();
-await provider.close();
-rmSync(dir, { recursive: true, force: true });
+await serverProcess.stop();
+await providerProcess.stop();
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const m = (key: string, field: keyof Omit<Sample, 'text'>) => median(samples.get(key)!.map((s) => s[field]));
