@@ -5,7 +5,8 @@
  *   - time to the first text delta: from the start of the request to the first `message.delta`
  *     event (server), or to the first chunk with content (direct);
  *   - per-event overhead: a reply of many chunks through the server minus the same reply read
- *     directly, divided by the events the server sent.
+ *     directly, divided by the events the server sent; and the same with the fixed cost of a
+ *     run (auth, admission, writing its end) taken out, from a one-chunk reply.
  *
  * The peer is the provider stand-in of @sluice/testkit answering an OpenAI-compatible
  * `POST /chat/completions` with `stream: true`, read with fetch: what a client talking to the
@@ -55,7 +56,12 @@ async function start(name: 'provider' | 'server', env: Record<string, string> = 
     ['--conditions=@sluice/source', '--import', 'tsx', fileURLToPath(import.meta.url)],
     { env: { ...process.env, ...env, SLUICE_STREAM_BENCH_ROLE: name }, stdio: ['pipe', 'pipe', 'inherit'] },
   );
-  const [line] = (await once(createInterface({ input: child.stdout! }), 'line')) as [string];
+  const line = await Promise.race([
+    once(createInterface({ input: child.stdout! }), 'line').then(([l]) => l as string),
+    once(child, 'exit').then(([code]) => {
+      throw new Error(`the ${name} process exited with ${String(code)} before it was ready`);
+    }),
+  ]);
   const stop = async () => {
     child.stdin!.end(); // the child closes what it started when its input ends
     if (child.exitCode === null) await once(child, 'exit');
