@@ -16,5 +16,8 @@ export default defineConfig({
     // Server tests boot an embedded PGlite (a WebAssembly PostgreSQL) per test: seconds on a busy 2-core box.
     testTimeout: 60_000,
     hookTimeout: 60_000,
+    // Most server tests wait on sockets, child processes and the database rather than the CPU:
+    // more files at once than cores keeps a 2-core machine busy instead of idle.
+    maxWorkers: 3,
   },
 });

@@ -1,7 +1,7 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { userInfo } from 'node:os';
+import { tmpdir, userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
@@ -26,6 +26,11 @@ declare module 'vitest' {
      * not installed (under CI=true that fails the run instead).
      */
     pgbouncer: PostgresTestConfig | undefined;
+    /**
+     * A PGlite database folder created and migrated once for the whole run: server tests copy
+     * it instead of paying PGlite's initdb (seconds) in every test file.
+     */
+    pgliteTemplate: string;
   }
 }
 
@@ -35,6 +40,8 @@ declare module 'vitest' {
  * instead of skipping the suites that need them.
  */
 export default async function setup(project: TestProject) {
+  const template = await pgliteTemplate();
+  project.provide('pgliteTemplate', template.path);
   const url = (await ensurePostgres()) as string | undefined;
   if (!url) {
     if (process.env.CI)
@@ -42,7 +49,7 @@ export default async function setup(project: TestProject) {
     console.warn('\n[sluice] No PostgreSQL server could be found or started: its test suites are skipped.\n');
     project.provide('postgres', undefined);
     project.provide('pgbouncer', undefined);
-    return;
+    return template.remove;
   }
   const { server: config, database: adminDatabase } = serverOf(url);
   const database = `sluice_test_${Date.now().toString(36)}_${process.pid}`;
@@ -55,12 +62,22 @@ export default async function setup(project: TestProject) {
   const bouncer = await ensurePgBouncer(config, database);
   project.provide('pgbouncer', bouncer?.config);
   return async () => {
+    template.remove();
     await bouncer?.stop();
     const client = new pg.Client({ ...config, database: adminDatabase });
     await client.connect();
     await client.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
     await client.end();
   };
+}
+
+/** The embedded store's database, created and migrated in a temporary folder. */
+async function pgliteTemplate(): Promise<{ path: string; remove: () => void }> {
+  const { openStore } = await import('../packages/server/src/store/store.js');
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-template-'));
+  const store = await openStore({ dataDir: join(dir, 'db') });
+  await store.close();
+  return { path: join(dir, 'db'), remove: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
 interface RunningPgBouncer {

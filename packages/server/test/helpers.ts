@@ -8,7 +8,6 @@ import { createAgent } from 'sluice';
 import {
   createToken,
   defineConfig,
-  openStore,
   serve,
   type RunningServer,
   type RunsConfig,
@@ -152,23 +151,14 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
   };
 }
 
-let template: Promise<string> | undefined;
-
 /**
- * A temp folder holding an embedded database that is already created and migrated. Creating a
- * PGlite database (its initdb) costs seconds; it is done once per test worker, and each server
- * gets a copy, which opens in a fraction of that.
+ * A temp folder holding an embedded database that is already created and migrated: a copy of
+ * the one the test run's global setup made (see scripts/vitest-global-setup.ts), which opens in
+ * a fraction of the seconds PGlite's initdb takes.
  */
 export async function preparedDataDir(): Promise<string> {
-  template ??= (async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'sluice-template-'));
-    const store = await openStore({ dataDir: join(dir, 'db') });
-    await store.close();
-    return dir;
-  })();
-  const source = await template;
   const dir = mkdtempSync(join(tmpdir(), 'sluice-server-test-'));
-  cpSync(join(source, 'db'), join(dir, 'db'), { recursive: true });
+  cpSync(inject('pgliteTemplate'), join(dir, 'db'), { recursive: true });
   return dir;
 }
 
