@@ -7,7 +7,8 @@ import { cancelRun } from '../runs/cancel.js';
 import { isFinal, runStatuses, type RunClass } from '../runs/lifecycle.js';
 import { decodeCursor, encodeCursor, getRun, listRuns, queueCounts, toApiRun } from '../runs/store.js';
 import type { RouteContext } from './context.js';
-import { clientGone, createRunRoute } from './create-run.js';
+import { createRunRoute } from './create-run.js';
+import { clientGone } from './submit.js';
 
 /** How long a cancel of a run on another process waits for that process to confirm. */
 const CANCEL_CONFIRM_MS = 5_000;

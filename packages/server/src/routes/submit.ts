@@ -1,0 +1,214 @@
+import type { FastifyReply } from 'fastify';
+import { HttpError, notFound, refusalError, shown } from '../http/errors.js';
+import { admitRun } from '../runs/admission.js';
+import type { RunClass } from '../runs/lifecycle.js';
+import { getRun, newRunId, type NewRun, type RunConfig, type RunRow } from '../runs/store.js';
+import type { ServerSettings } from '../settings.js';
+import type { Principal } from '../store/tokens.js';
+import { holdThread, type OnBusy } from '../threads/hold.js';
+import { getThread, threadLeaseMs, unlockThread } from '../threads/store.js';
+import type { RouteContext } from './context.js';
+
+/**
+ * Creating a run, shared by every route that does (the runs API, the OpenAI endpoints): the
+ * run's bounds, its thread, and the order of the checks of a held run (the user's place, the
+ * thread, admission), with every place given back when a later check refuses. Routes render
+ * the rows they get back in their own shapes.
+ */
+
+/** Bounds a client may send with a run (`config`). */
+export interface ClientConfig {
+  timeout_ms?: number | null;
+  tool_timeout_ms?: number | null;
+  turn_timeout_ms?: number | null;
+  max_parallel_tool_calls?: number;
+}
+
+/** The smaller of two optional limits, where null, undefined and 0 mean "none". */
+function tighter(a: number | null | undefined, b: number | null | undefined): number | undefined {
+  const set = [a, b].filter((v): v is number => typeof v === 'number' && v > 0);
+  return set.length === 0 ? undefined : Math.min(...set);
+}
+
+/**
+ * The bounds a run is admitted with. A client can tighten the server's, never loosen them: its
+ * `max_parallel_tool_calls` and `timeout_ms` are lowered to the server's values, and the run
+ * timeout (`runs.timeoutMs`) applies to held runs whatever the client sends.
+ */
+export function runConfig(
+  given: ClientConfig | undefined,
+  settings: ServerSettings,
+  held: boolean,
+): RunConfig {
+  const config: RunConfig = {
+    max_parallel_tool_calls: Math.min(
+      given?.max_parallel_tool_calls ?? settings.maxParallelToolCalls,
+      settings.maxParallelToolCalls,
+    ),
+  };
+  const timeout = tighter(given?.timeout_ms, held ? settings.runTimeoutMs : undefined);
+  if (timeout !== undefined) config.timeout_ms = timeout;
+  const tool = tighter(given?.tool_timeout_ms, undefined);
+  if (tool !== undefined) config.tool_timeout_ms = tool;
+  const turn = tighter(given?.turn_timeout_ms, undefined);
+  if (turn !== undefined) config.turn_timeout_ms = turn;
+  return config;
+}
+
+/** A signal that aborts when the client goes away before it was answered. */
+export function clientGone(reply: FastifyReply): AbortSignal {
+  const controller = new AbortController();
+  reply.raw.once('close', () => {
+    if (!reply.raw.writableFinished) controller.abort();
+  });
+  return controller.signal;
+}
+
+export interface RunRequest {
+  agent: string;
+  class: RunClass;
+  /** Held for its caller (inline or streamed) and executed here; otherwise queued. */
+  held: boolean;
+  input: unknown;
+  metadata?: unknown;
+  schedule?: NewRun['schedule'];
+  callbackUrl?: string;
+  threadId?: string;
+  config?: ClientConfig;
+}
+
+/** The run to admit: its id chosen now (the thread is taken under it), its thread checked, its bounds set. */
+export async function newRunOf(ctx: RouteContext, who: Principal, request: RunRequest): Promise<NewRun> {
+  const thread =
+    request.threadId === undefined ? undefined : await getThread(ctx.db, who.tenant, request.threadId);
+  if (request.threadId !== undefined && !thread) throw notFound(`No thread \`${shown(request.threadId)}\``);
+  return {
+    id: newRunId(),
+    agent: request.agent,
+    class: request.class,
+    mode: request.held ? 'inline' : 'queued',
+    input: request.input,
+    metadata: request.metadata,
+    worker: ctx.executor.node,
+    schedule: request.schedule,
+    callbackUrl: request.callbackUrl,
+    threadId: thread?.id,
+    config: runConfig(request.config, ctx.settings, request.held),
+  };
+}
+
+/** Admits a queued (or scheduled) run, or throws its refusal. */
+export async function admitQueued(ctx: RouteContext, who: Principal, newRun: NewRun): Promise<RunRow> {
+  const admission = await admitRun(
+    ctx.db,
+    who,
+    newRun,
+    ctx.limitsFor(who.tenant),
+    ctx.settings.statementTimeoutMs,
+  );
+  if (!admission.ok) throw refusalError(admission.refusal);
+  if (newRun.schedule === undefined) ctx.executor.notify();
+  return admission.run;
+}
+
+export interface HeldRun {
+  run: RunRow;
+  /** Gives the user's place back; call once the run has ended. */
+  release(): void;
+}
+
+/**
+ * Admits a held run: the user's place first (cheap, in memory), then its thread (waiting while
+ * busy, as `onBusy` says), then admission. Whatever refuses, what was taken before is given
+ * back. The run is then `running` for this process, and the caller executes it.
+ */
+export async function admitHeld(
+  ctx: RouteContext,
+  who: Principal,
+  newRun: NewRun,
+  options: { onBusy?: OnBusy; signal: AbortSignal },
+): Promise<HeldRun> {
+  const { db, settings } = ctx;
+  const place = ctx.heldRuns.take(who.tenant, who.user, settings.maxConcurrentPerUser);
+  if (!place.ok) {
+    throw refusalError({
+      kind: 'concurrency',
+      scope: 'user',
+      class: newRun.class,
+      limit: 'max_concurrent_per_user',
+      limitValue: settings.maxConcurrentPerUser,
+      active: place.held,
+    });
+  }
+  const id = newRun.id ?? newRunId();
+  const threadId = newRun.threadId;
+  let threadTaken = false;
+  try {
+    if (threadId !== undefined) {
+      const lock = await holdThread(ctx, {
+        thread: { id: threadId, tenant: who.tenant },
+        runId: id,
+        onBusy: options.onBusy ?? 'wait',
+        waitMs: settings.threadBusyWaitMs,
+        leaseMs: threadLeaseMs(settings),
+        signal: options.signal,
+      });
+      if (!lock.ok) {
+        if ('missing' in lock) throw notFound(`No thread \`${shown(threadId)}\``);
+        throw new HttpError(
+          409,
+          'thread_busy',
+          `Thread ${threadId} is busy with another run; it stayed busy for ${settings.threadBusyWaitMs} ms`,
+          { thread_id: threadId, active_run_id: lock.activeRunId },
+        );
+      }
+      threadTaken = true;
+    }
+    const admission = await admitRun(
+      db,
+      who,
+      { ...newRun, id, mode: 'inline' },
+      ctx.limitsFor(who.tenant),
+      settings.statementTimeoutMs,
+    );
+    if (!admission.ok) throw refusalError(admission.refusal);
+    return { run: admission.run, release: place.release };
+  } catch (error) {
+    place.release();
+    if (threadTaken) await unlockThread(db, threadId!, id).catch(() => undefined);
+    throw error;
+  }
+}
+
+/**
+ * Holds a caller until a queued run ends, at most AGENT_SYNC_TIMEOUT_MS. Returns the run as it
+ * stands then, and whether the process began draining meanwhile (the run goes on elsewhere).
+ */
+export async function waitForQueued(
+  ctx: RouteContext,
+  run: RunRow,
+  signal: AbortSignal,
+): Promise<{ run: RunRow; draining: boolean }> {
+  const result = await ctx.waiters.wait(run.id, { timeoutMs: ctx.settings.syncTimeoutMs, signal });
+  const current = (await getRun(ctx.db, run.tenant, run.id)) ?? run;
+  return { run: current, draining: result === 'closed' };
+}
+
+/**
+ * Holds a caller while a held run executes here, at most AGENT_SYNC_TIMEOUT_MS; then the run
+ * goes on and the caller gets it as it stands.
+ */
+export async function waitForHeld(
+  ctx: RouteContext,
+  run: RunRow,
+  finished: Promise<RunRow | undefined>,
+): Promise<RunRow> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const window = new Promise<'window'>(
+    (resolve) => (timer = setTimeout(() => resolve('window'), ctx.settings.syncTimeoutMs)),
+  );
+  const outcome = await Promise.race([finished, window]);
+  clearTimeout(timer);
+  if (outcome !== 'window' && outcome !== undefined) return outcome;
+  return (await getRun(ctx.db, run.tenant, run.id)) ?? run;
+}
