@@ -15,6 +15,7 @@ import { opsRoutes } from './routes/ops.js';
 import type { RouteContext } from './routes/context.js';
 import { runRoutes } from './routes/runs.js';
 import { threadRoutes } from './routes/threads.js';
+import { openAiRoutes } from './openai/routes.js';
 import { RunEvents } from './runs/events.js';
 import { Executor } from './runs/executor.js';
 import { HeldRuns } from './runs/held.js';
@@ -166,6 +167,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
       api.addHook('onRequest', authenticate(db));
       runRoutes(api, ctx);
       threadRoutes(api, ctx);
+      openAiRoutes(api, ctx);
     },
     { prefix: '/api/client/v1' },
   );

@@ -42,6 +42,11 @@ export class EventStream {
     this.#write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
   }
 
+  /** A block with data only (the shape of Chat Completions streams); `[DONE]` is sent as is. */
+  data(data: unknown): void {
+    this.#write(`data: ${data === '[DONE]' ? data : JSON.stringify(data)}\n\n`);
+  }
+
   end(): void {
     clearInterval(this.#keepAlive);
     if (this.open) this.#raw.end();

@@ -75,6 +75,7 @@ export interface RunRequest {
   callbackUrl?: string;
   threadId?: string;
   config?: ClientConfig;
+  apiRequest?: Record<string, unknown>;
 }
 
 /** The run to admit: its id chosen now (the thread is taken under it), its thread checked, its bounds set. */
@@ -94,6 +95,7 @@ export async function newRunOf(ctx: RouteContext, who: Principal, request: RunRe
     callbackUrl: request.callbackUrl,
     threadId: thread?.id,
     config: runConfig(request.config, ctx.settings, request.held),
+    apiRequest: request.apiRequest,
   };
 }
 

@@ -33,6 +33,8 @@ export interface RunRow {
   thread_id: string | null;
   /** The run's bounds as admitted (see RunConfig). */
   config: RunConfig | null;
+  /** How the OpenAI endpoints were asked for it (null for runs of the runs API). */
+  api_request: Record<string, unknown> | null;
   /** Microseconds since the epoch: the page cursor's first half. */
   created_us: string;
 }
@@ -40,7 +42,7 @@ export interface RunRow {
 const summary = `id, tenant, project, user_id, agent, class, mode, status, error, metadata, usage,
   (extract(epoch FROM created_at))::float8 AS created_at, (extract(epoch FROM started_at))::float8 AS started_at,
   (extract(epoch FROM finished_at))::float8 AS finished_at, (extract(epoch FROM scheduled_for))::float8 AS scheduled_for,
-  callback_url, worker, thread_id, config, (extract(epoch FROM created_at) * 1000000)::bigint::text AS created_us`;
+  callback_url, worker, thread_id, config, api_request, (extract(epoch FROM created_at) * 1000000)::bigint::text AS created_us`;
 export const full = `${summary}, input, output`;
 
 const runIdPattern = /^run_[0-9a-f]{24}$/;
@@ -94,6 +96,7 @@ export interface NewRun {
   callbackUrl?: string;
   threadId?: string;
   config?: RunConfig;
+  apiRequest?: Record<string, unknown>;
 }
 
 export const newRunId = () => `run_${randomBytes(12).toString('hex')}`;
@@ -104,13 +107,13 @@ export async function insertRun(tx: SqlClient, who: Principal, run: NewRun): Pro
   const scheduled = run.schedule !== undefined;
   const inserted = await tx.query<RunRow>(
     `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, metadata, started_at,
-       worker, scheduled_for, callback_url, thread_id, config)
+       worker, scheduled_for, callback_url, thread_id, config, api_request)
      VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::jsonb, $10::jsonb,
        CASE WHEN $7::text = 'inline' THEN clock_timestamp() END, CASE WHEN $7::text = 'inline' THEN $11::text END,
        -- A time in the past is due now: it never counts as having waited since then.
        CASE WHEN $12::float8 IS NOT NULL THEN greatest(to_timestamp($12::float8 / 1000), clock_timestamp())
             WHEN $13::float8 IS NOT NULL THEN clock_timestamp() + $13::float8 * interval '1 millisecond' END,
-       $14::text, $15::text, $16::jsonb)
+       $14::text, $15::text, $16::jsonb, $17::jsonb)
      RETURNING ${full}`,
     [
       id,
@@ -129,6 +132,7 @@ export async function insertRun(tx: SqlClient, who: Principal, run: NewRun): Pro
       run.callbackUrl ?? null,
       run.threadId ?? null,
       toJsonb(run.config),
+      toJsonb(run.apiRequest),
     ],
   );
   return inserted.rows[0]!;

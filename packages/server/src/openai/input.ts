@@ -1,0 +1,83 @@
+import { HttpError, badRequest, shown } from '../http/errors.js';
+
+/**
+ * What the OpenAI endpoints are sent, turned into a run's messages. Only text is understood:
+ * an image, a file or a tool call item is refused naming where it is, never dropped quietly.
+ */
+
+export type RunMessage = {
+  role: 'user' | 'assistant' | 'system';
+  content: string | { type: 'text'; text: string }[];
+};
+
+const roles: Record<string, RunMessage['role']> = {
+  user: 'user',
+  assistant: 'assistant',
+  system: 'system',
+  developer: 'system',
+};
+
+/** The agent a `model` names: `agent:NAME` (or the bare name); 404 model_not_found otherwise. */
+export function agentOfModel(model: string, exists: (name: string) => boolean): string {
+  const name = model.startsWith('agent:') ? model.slice('agent:'.length) : model;
+  if (!exists(name)) {
+    throw new HttpError(
+      404,
+      'model_not_found',
+      `No model \`${shown(model)}\`: name an agent of this server as \`agent:NAME\``,
+      { field: 'model' },
+    );
+  }
+  return name;
+}
+
+function textParts(content: unknown, where: string, kinds: string[]): RunMessage['content'] {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content))
+    throw badRequest(`Expected \`${where}\` to be a string or a list of parts`, { field: where });
+  return content.map((part: { type?: unknown; text?: unknown }, i) => {
+    if (!kinds.includes(String(part?.type)) || typeof part.text !== 'string') {
+      throw badRequest(
+        `\`${where}.${i}\` is a \`${shown(part?.type)}\` part; only ${kinds.join(' and ')} parts are understood`,
+        { field: `${where}.${i}.type` },
+      );
+    }
+    return { type: 'text' as const, text: part.text };
+  });
+}
+
+/** A Responses `input` (a string, or message items) as a run's input. */
+export function responsesInput(input: unknown): string | RunMessage[] {
+  if (typeof input === 'string') return input;
+  return (input as { type?: unknown; role?: unknown; content?: unknown }[]).map((item, i) => {
+    if (item.type !== undefined && item.type !== 'message') {
+      throw badRequest(
+        `\`input.${i}\` is a \`${shown(item.type)}\` item; only message items are understood`,
+        {
+          field: `input.${i}.type`,
+        },
+      );
+    }
+    const role = roles[String(item.role)];
+    if (!role)
+      throw badRequest(`Unknown role \`${shown(item.role)}\` in \`input.${i}\``, {
+        field: `input.${i}.role`,
+      });
+    return { role, content: textParts(item.content, `input.${i}.content`, ['input_text', 'output_text']) };
+  });
+}
+
+/** Chat Completions `messages` as a run's input. */
+export function chatInput(messages: { role?: unknown; content?: unknown }[]): RunMessage[] {
+  return messages.map((m, i) => {
+    const role = roles[String(m.role)];
+    if (!role)
+      throw badRequest(
+        `Role \`${shown(m.role)}\` of \`messages.${i}\` is not understood; use user, assistant, system or developer`,
+        {
+          field: `messages.${i}.role`,
+        },
+      );
+    return { role, content: textParts(m.content, `messages.${i}.content`, ['text']) };
+  });
+}
