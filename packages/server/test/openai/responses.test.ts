@@ -250,4 +250,35 @@ describe('POST /responses with the official openai client', () => {
     await t.server.close();
     await holding.catch(() => undefined);
   });
+
+  it('the lifecycle: a failed run is status failed with an error, one past its timeout incomplete, and a call not done within AGENT_SYNC_TIMEOUT_MS is answered 202 with the response as it stands', async () => {
+    const { client, standIn } = await setup({ runs: { timeoutMs: 2_000 }, settings: { syncTimeoutMs: 500 } });
+    // On a slow machine even this may outlast the short sync window of this test: then it is polled.
+    const created = await client.responses.create({ model: 'agent:echo', input: 'please fail' });
+    await until(
+      async () => (await client.responses.retrieve(created.id)).status === 'failed',
+      'the run failing',
+    );
+    const failed = await client.responses.retrieve(created.id);
+    expect(failed).toMatchObject({ status: 'failed', output: [], error: { code: 'server_error' } });
+    expect(failed.error!.message).toMatch(/agent_error/);
+
+    const pending = await client.responses.create({ model: 'agent:echo', input: 'stall' }).withResponse();
+    expect(pending.response.status).toBe(202);
+    expect(pending.data).toMatchObject({ status: 'in_progress', output: [] });
+    await until(
+      async () => (await client.responses.retrieve(pending.data.id)).status === 'incomplete',
+      'the run timing out',
+    );
+    expect(await client.responses.retrieve(pending.data.id)).toMatchObject({
+      status: 'incomplete',
+      incomplete_details: { reason: 'timeout' },
+    });
+    await until(() => standIn.inFlight === 0, 'the provider request aborted');
+
+    // Streamed, a failure is the response.failed event, and the helper's final response says so.
+    const helper = client.responses.stream({ model: 'agent:echo', input: 'fail in a stream' });
+    const final = await helper.finalResponse();
+    expect(final.status).toBe('failed');
+  });
 });
