@@ -38,7 +38,8 @@ describe('review10: the thread messages cursor', () => {
   it("does not carry a counter shared by every tenant (other tenants' activity shows through it)", async () => {
     const t = await startTestServer();
     const other = await t.token({ tenant: 'other' });
-    const seqOf = (cursor: string) => Number(/^m:(\d+)$/.exec(Buffer.from(cursor, 'base64url').toString())![1]);
+    const seqOf = (cursor: string) =>
+      Number(/^m:(\d+)$/.exec(Buffer.from(cursor, 'base64url').toString())![1]);
     const firstCursor = async () => {
       const thread = (await t.call('POST', '/threads')).body.id as string;
       await t.call('POST', '/agents/echo/runs', { input: 'hi', thread_id: thread });

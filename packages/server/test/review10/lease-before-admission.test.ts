@@ -42,7 +42,10 @@ describe.runIf(postgres)('review10: the thread lease of a run waiting for admiss
       ).rows[0]!.n;
 
     const a = t.call('POST', '/agents/echo/runs', { input: 'A', thread_id: thread });
-    await until(async () => (await waitingForAdmission()) === 1, 'A waiting for admission, holding the thread');
+    await until(
+      async () => (await waitingForAdmission()) === 1,
+      'A waiting for admission, holding the thread',
+    );
     await until(
       async () =>
         (

@@ -10,7 +10,7 @@ import { openStream } from '../held/sse.js';
  * run does not keep as its answer still reaches the client, and is never taken back.
  */
 describe('review10: streamed deltas add up to the answer', () => {
-  it('a provider stream cut in the middle and retried: the cut attempt\'s text is not part of the deltas', async () => {
+  it("a provider stream cut in the middle and retried: the cut attempt's text is not part of the deltas", async () => {
     let calls = 0;
     const provider = await startProviderStandIn({
       reply: (): Reply => (++calls === 1 ? { drop: 'mid-stream' } : { text: 'the real answer' }),
