@@ -121,6 +121,13 @@ export function refusalError(refusal: Refusal): HttpError {
           reserved_usd: refusal.reservedUsd,
         },
       );
+    case 'thread':
+      return new HttpError(
+        409,
+        'thread_busy',
+        `Thread ${refusal.threadId} was taken by another run while this one was being admitted`,
+        { thread_id: refusal.threadId, active_run_id: null },
+      );
     default: {
       const never: never = refusal;
       throw new Error(`unknown refusal ${JSON.stringify(never)}`);

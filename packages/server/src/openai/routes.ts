@@ -12,6 +12,7 @@ import {
   admitQueued,
   clientGone,
   newRunOf,
+  takePlace,
   waitForHeld,
   waitForQueued,
 } from '../routes/submit.js';
@@ -103,9 +104,11 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
       });
       const gone = clientGone(reply);
       if (!held) {
-        const run = await admitQueued(ctx, who, newRun);
-        if (background) return toResponse(run);
-        const { run: current } = await waitForQueued(ctx, run, gone);
+        if (background) return toResponse(await admitQueued(ctx, who, newRun));
+        const release = takePlace(ctx, who, newRun.class);
+        const { run: current } = await admitQueued(ctx, who, newRun)
+          .then((run) => waitForQueued(ctx, run, gone))
+          .finally(release);
         return reply.status(isFinal(current.status) ? 200 : 202).send(toResponse(current));
       }
       const { run, release } = await admitHeld(ctx, who, newRun, { signal: gone });
@@ -184,8 +187,12 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
       const gone = clientGone(reply);
       let final: RunRow;
       if (flex) {
-        const run = await admitQueued(ctx, who, newRun);
-        final = (await waitForQueued(ctx, run, gone)).run;
+        const release = takePlace(ctx, who, newRun.class);
+        final = (
+          await admitQueued(ctx, who, newRun)
+            .then((run) => waitForQueued(ctx, run, gone))
+            .finally(release)
+        ).run;
       } else {
         const { run, release } = await admitHeld(ctx, who, newRun, { signal: gone });
         if (body.stream) {

@@ -14,6 +14,7 @@ import {
   admitQueued,
   clientGone,
   newRunOf,
+  takePlace,
   waitForHeld,
   waitForQueued,
   type ClientConfig,
@@ -110,9 +111,14 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
       });
       const gone = clientGone(reply);
       if (!held) {
-        const run = await admitQueued(ctx, who, newRun);
-        if (schedule !== undefined || !wait) return reply.status(202).send(toApiRun(run));
-        const { run: current, draining } = await waitForQueued(ctx, run, gone);
+        if (schedule !== undefined || !wait) {
+          return reply.status(202).send(toApiRun(await admitQueued(ctx, who, newRun)));
+        }
+        // A caller that waits on a queued run is held too: it takes one of the user's places.
+        const release = takePlace(ctx, who, runClass);
+        const { run: current, draining } = await admitQueued(ctx, who, newRun)
+          .then((run) => waitForQueued(ctx, run, gone))
+          .finally(release);
         if (draining)
           throw new HttpError(503, 'server_draining', 'This server is shutting down; the run goes on', {
             run: toApiRun(current),
@@ -121,15 +127,21 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
         return reply.status(isFinal(current.status) ? 200 : 202).send(toApiRun(current));
       }
       const { run, release } = await admitHeld(ctx, who, newRun, { onBusy: body.on_busy, signal: gone });
-      if (body.on_disconnect === 'cancel')
-        gone.addEventListener('abort', () => executor.stop(run.id, 'cancel'));
+      // Once the run executes (execute registers it at once), a client that is already gone
+      // cancels it now, and one that leaves later when it does.
+      const cancelOnLeave = () => {
+        if (body.on_disconnect !== 'cancel') return;
+        if (gone.aborted) executor.stop(run.id, 'cancel');
+        else gone.addEventListener('abort', () => executor.stop(run.id, 'cancel'), { once: true });
+      };
       if (body.stream) {
-        void streamRun(reply, executor, run, { keepAliveMs: settings.streamKeepAliveMs, db }).finally(
-          release,
-        );
+        const streaming = streamRun(reply, executor, run, { keepAliveMs: settings.streamKeepAliveMs, db });
+        cancelOnLeave();
+        void streaming.finally(release);
         return reply;
       }
       const finished = executor.execute(run);
+      cancelOnLeave();
       void finished.finally(release);
       const final = await waitForHeld(ctx, run, finished);
       if (final.error?.type === 'interrupted') throw interruptedError(final);

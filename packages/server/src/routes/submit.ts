@@ -1,5 +1,5 @@
 import type { FastifyReply } from 'fastify';
-import { HttpError, notFound, refusalError, shown } from '../http/errors.js';
+import { HttpError, draining, notFound, refusalError, shown } from '../http/errors.js';
 import { admitRun } from '../runs/admission.js';
 import type { RunClass } from '../runs/lifecycle.js';
 import { getRun, newRunId, type NewRun, type RunConfig, type RunRow } from '../runs/store.js';
@@ -113,6 +113,26 @@ export async function admitQueued(ctx: RouteContext, who: Principal, newRun: New
   return admission.run;
 }
 
+/**
+ * Takes one of the user's places for a caller held on an open connection (runs.maxConcurrentPerUser),
+ * or refuses with 429 scope `user`. Returns the release.
+ */
+export function takePlace(ctx: RouteContext, who: Principal, runClass: RunClass): () => void {
+  const limit = ctx.settings.maxConcurrentPerUser;
+  const place = ctx.heldRuns.take(who.tenant, who.user, limit);
+  if (!place.ok) {
+    throw refusalError({
+      kind: 'concurrency',
+      scope: 'user',
+      class: runClass,
+      limit: 'max_concurrent_per_user',
+      limitValue: limit,
+      active: place.held,
+    });
+  }
+  return place.release;
+}
+
 export interface HeldRun {
   run: RunRow;
   /** Gives the user's place back; call once the run has ended. */
@@ -131,17 +151,7 @@ export async function admitHeld(
   options: { onBusy?: OnBusy; signal: AbortSignal },
 ): Promise<HeldRun> {
   const { db, settings } = ctx;
-  const place = ctx.heldRuns.take(who.tenant, who.user, settings.maxConcurrentPerUser);
-  if (!place.ok) {
-    throw refusalError({
-      kind: 'concurrency',
-      scope: 'user',
-      class: newRun.class,
-      limit: 'max_concurrent_per_user',
-      limitValue: settings.maxConcurrentPerUser,
-      active: place.held,
-    });
-  }
+  const release = takePlace(ctx, who, newRun.class);
   const id = newRun.id ?? newRunId();
   const threadId = newRun.threadId;
   let threadTaken = false;
@@ -150,6 +160,7 @@ export async function admitHeld(
       const lock = await holdThread(ctx, {
         thread: { id: threadId, tenant: who.tenant },
         runId: id,
+        who,
         onBusy: options.onBusy ?? 'wait',
         waitMs: settings.threadBusyWaitMs,
         leaseMs: threadLeaseMs(settings),
@@ -157,6 +168,15 @@ export async function admitHeld(
       });
       if (!lock.ok) {
         if ('missing' in lock) throw notFound(`No thread \`${shown(threadId)}\``);
+        if ('closed' in lock) throw draining();
+        if ('forbidden' in lock) {
+          throw new HttpError(
+            403,
+            'permission_denied',
+            `Thread ${threadId} is busy with run ${lock.forbidden} of another project; \`on_busy: "cancel"\` needs an admin token to cancel it`,
+            { thread_id: threadId, active_run_id: lock.forbidden },
+          );
+        }
         throw new HttpError(
           409,
           'thread_busy',
@@ -169,14 +189,14 @@ export async function admitHeld(
     const admission = await admitRun(
       db,
       who,
-      { ...newRun, id, mode: 'inline' },
+      { ...newRun, id, mode: 'inline', threadLeaseMs: threadLeaseMs(settings) },
       ctx.limitsFor(who.tenant),
       settings.statementTimeoutMs,
     );
     if (!admission.ok) throw refusalError(admission.refusal);
-    return { run: admission.run, release: place.release };
+    return { run: admission.run, release };
   } catch (error) {
-    place.release();
+    release();
     if (threadTaken) await unlockThread(db, threadId!, id).catch(() => undefined);
     throw error;
   }

@@ -16,7 +16,9 @@ export type Refusal =
       active: number;
     }
   | { kind: 'quota'; class: RunClass; limitValue: number; used: number }
-  | { kind: 'spend'; class: RunClass; limitUsd: number; spentUsd: number; reservedUsd: number };
+  | { kind: 'spend'; class: RunClass; limitUsd: number; spentUsd: number; reservedUsd: number }
+  /** A held run lost the thread it took before admission (its lease ran out meanwhile). */
+  | { kind: 'thread'; threadId: string };
 
 export type Admission = { ok: true; run: RunRow } | { ok: false; refusal: Refusal };
 
@@ -132,6 +134,16 @@ async function admitLocked(
       const counts = await activeDefaultRuns(tx, who.tenant, who.project);
       const over = overCap(limits, counts);
       if (over) return refuse({ kind: 'concurrency', class: 'default', limit: 'max_active_runs', ...over });
+    }
+    if (run.mode === 'inline' && run.threadId !== undefined) {
+      // The thread was taken before admission, under a lease: it must still be this run's,
+      // or two runs would hold it. Renewed here, it lasts until the executor renews it.
+      const kept = await tx.query(
+        `UPDATE threads SET lock_expires_at = greatest(lock_expires_at, clock_timestamp() + $3::float8 * interval '1 millisecond')
+         WHERE id = $1::text AND active_run_id = $2::text AND lock_expires_at > clock_timestamp() RETURNING id`,
+        [run.threadId, run.id, run.threadLeaseMs ?? 60_000],
+      );
+      if (kept.rows.length === 0) return refuse({ kind: 'thread', threadId: run.threadId });
     }
     return { ok: true as const, run: await insertRun(tx, who, run) };
   });

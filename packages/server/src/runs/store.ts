@@ -95,6 +95,8 @@ export interface NewRun {
   schedule?: { atMs: number } | { delayMs: number };
   callbackUrl?: string;
   threadId?: string;
+  /** The lease a held run's thread is kept under from admission on. */
+  threadLeaseMs?: number;
   config?: RunConfig;
   apiRequest?: Record<string, unknown>;
 }

@@ -21,6 +21,8 @@ export async function holdThread(
   request: {
     thread: { id: string; tenant: string };
     runId: string;
+    /** Who asks: a member may cancel runs of its own project only, an admin any run of the tenant. */
+    who: { project: string; role: string };
     onBusy: OnBusy;
     waitMs: number;
     leaseMs: number;
@@ -32,12 +34,15 @@ export async function holdThread(
   let askedAt = Number.NEGATIVE_INFINITY;
   for (;;) {
     const attempt = await lockThread(db, request.thread, request.runId, request.leaseMs);
-    if (attempt.ok || 'missing' in attempt) return attempt;
+    if (attempt.ok || !('activeRunId' in attempt)) return attempt;
     if (request.onBusy === 'cancel' && attempt.activeRunId !== null && Date.now() - askedAt >= RETRY_MS) {
       // Asked before the deadline is looked at: even with no time to wait, the holder is stopped
       // (a local one has ended when this returns), and the thread is tried again at once.
       askedAt = Date.now();
       const active = await getRun(db, request.thread.tenant, attempt.activeRunId);
+      if (active && request.who.role !== 'admin' && active.project !== request.who.project) {
+        return { ok: false, forbidden: active.id };
+      }
       if (active) {
         await cancelRun(deps, active, { confirmMs: 0 });
         continue;
@@ -45,9 +50,11 @@ export async function holdThread(
     }
     const left = deadline - Date.now();
     if (left <= 0 || request.signal?.aborted) return attempt;
-    await waiters.waitForThread(request.thread.id, {
+    const waited = await waiters.waitForThread(request.thread.id, {
       timeoutMs: Math.min(left, RETRY_MS),
       signal: request.signal,
     });
+    // Draining: no more waiting (and no spinning on a wait that returns at once).
+    if (waited === 'closed') return { ok: false, closed: true };
   }
 }

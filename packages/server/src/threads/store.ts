@@ -118,7 +118,13 @@ export async function historyOf(
 }
 
 export type LockAttempt =
-  { ok: true } | { ok: false; activeRunId: string | null } | { ok: false; missing: true };
+  | { ok: true }
+  | { ok: false; activeRunId: string | null }
+  | { ok: false; missing: true }
+  /** The process began draining while the caller waited. */
+  | { ok: false; closed: true }
+  /** `onBusy: 'cancel'`, but the caller may not cancel the active run (named). */
+  | { ok: false; forbidden: string };
 
 /**
  * Takes a tenant's thread for `runId` (or renews it, when `runId` holds it already), unless
