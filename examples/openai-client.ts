@@ -38,8 +38,8 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 export async function main(options: ExampleOptions): Promise<ExampleResult> {
   const write = options.write ?? ((text: string) => void process.stdout.write(text));
   const say = (line = '') => write(`${line}\n`);
-  // Sluice answers a cap with 429 and Retry-After (30 s or more): with retries on, the client
-  // would sleep that out and ask again. Here we would rather see the refusal at once.
+  // Over a cap Sluice answers 429 with Retry-After (30 or 60 s): with its default retries the
+  // client would sleep that out, twice. Here we would rather see the refusal at once.
   const client = new OpenAI({
     baseURL: `${options.url}/api/client/v1`,
     apiKey: options.token,
