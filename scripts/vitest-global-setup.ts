@@ -71,12 +71,25 @@ export default async function setup(project: TestProject) {
   };
 }
 
-/** The embedded store's database, created and migrated in a temporary folder. */
+/**
+ * The embedded store's database, created and migrated in a temporary folder by a child process
+ * that reads the packages' TypeScript sources (this setup runs before anything is built).
+ */
 async function pgliteTemplate(): Promise<{ path: string; remove: () => void }> {
-  const { openStore } = await import('../packages/server/src/store/store.js');
   const dir = mkdtempSync(join(tmpdir(), 'sluice-template-'));
-  const store = await openStore({ dataDir: join(dir, 'db') });
-  await store.close();
+  const made = spawnSync(
+    process.execPath,
+    [
+      '--conditions=@sluice/source',
+      '--import',
+      'tsx',
+      resolve('scripts/pglite-template.ts'),
+      join(dir, 'db'),
+    ],
+    { stdio: ['ignore', 'inherit', 'inherit'] },
+  );
+  if (made.status !== 0)
+    throw new Error(`Creating the PGlite template failed (exit ${made.status ?? made.signal})`);
   return { path: join(dir, 'db'), remove: () => rmSync(dir, { recursive: true, force: true }) };
 }
 

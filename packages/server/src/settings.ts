@@ -158,6 +158,24 @@ export function resolveSettings(
   env: NodeJS.ProcessEnv = process.env,
   runs: RunsConfig = {},
 ): ServerSettings {
+  // A key that names no setting is a typo (or another server's name for it): refused, not ignored.
+  for (const key of Object.keys(settings)) {
+    if (!Object.hasOwn(settingDefaults, key))
+      throw new SettingsError(
+        `settings.${key}`,
+        settings[key as keyof ServerSettings],
+        `\`settings.${key}\` names no setting; the settings are ${Object.keys(settingDefaults).join(', ')}`,
+      );
+  }
+  const runsNames = [...Object.keys(runsKeys), 'timeoutMs'];
+  for (const key of Object.keys(runs)) {
+    if (!runsNames.includes(key))
+      throw new SettingsError(
+        `runs.${key}`,
+        runs[key as keyof RunsConfig],
+        `\`runs.${key}\` names no setting; the runs block takes ${runsNames.join(', ')}`,
+      );
+  }
   const out: ServerSettings = { ...settingDefaults, runTimeoutMs: defaultRunTimeoutMs(env) };
   const fromConfig: Partial<Record<keyof ServerSettings, unknown>> = { ...settings };
   for (const [key, target] of Object.entries(runsKeys) as [keyof typeof runsKeys, NumericKey][]) {

@@ -13,7 +13,8 @@ import { randomBytes } from 'node:crypto';
  */
 export async function threadOfChain(db: Database, who: Principal, previousId: string): Promise<string> {
   const previous = await getRun(db, who.tenant, previousId);
-  if (!previous || previous.api_request === null) {
+  // Responses only: a chat completion or a run of the runs API is not a response to continue.
+  if (!previous || previous.api_request === null || previous.api_request.api === 'chat.completions') {
     throw new HttpError(400, 'previous_response_not_found', `No previous response \`${shown(previousId)}\``, {
       field: 'previous_response_id',
     });

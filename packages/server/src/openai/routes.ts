@@ -178,6 +178,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
       }
       const newRun = await newRunOf(ctx, who, {
         agent,
+        inputField: 'messages',
         class: flex ? 'deferred' : 'default',
         held: !flex,
         input,
@@ -210,10 +211,17 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
       }
       if (final.status === 'succeeded') return toChatCompletion(final, body.model);
       if (!isFinal(final.status)) return reply.status(202).send(toChatCompletion(final, body.model));
+      // The run ran: sending the same messages again is a new run, not a retry of a lost
+      // request, so the client is told not to retry on its own (it obeys x-should-retry).
+      const noRetry = { 'x-should-retry': 'false' };
       if (final.error?.type === 'timeout') {
-        throw new HttpError(504, 'run_timeout', `Run ${final.id} passed its timeout and was stopped`, {
-          run_id: final.id,
-        });
+        throw new HttpError(
+          504,
+          'run_timeout',
+          `Run ${final.id} passed its timeout and was stopped`,
+          { run_id: final.id },
+          noRetry,
+        );
       }
       throw new HttpError(
         final.status === 'canceled' ? 409 : 502,
@@ -222,6 +230,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
           ? `Run ${final.id} failed: ${final.error.type}: ${final.error.message}`
           : `Run ${final.id} was canceled`,
         { run_id: final.id },
+        noRetry,
       );
     },
   );

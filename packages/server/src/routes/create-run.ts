@@ -100,6 +100,7 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
       const held = body.stream === true || (wait && runClass === 'default' && schedule === undefined);
       const newRun = await newRunOf(ctx, who, {
         agent: name,
+        inputField: body.messages ? 'messages' : 'input',
         class: runClass,
         held,
         input,

@@ -1,5 +1,5 @@
 import type { FastifyReply } from 'fastify';
-import { HttpError, draining, notFound, refusalError, shown } from '../http/errors.js';
+import { HttpError, badRequest, draining, notFound, refusalError, shown } from '../http/errors.js';
 import { admitRun } from '../runs/admission.js';
 import type { RunClass } from '../runs/lifecycle.js';
 import { getRun, newRunId, type NewRun, type RunConfig, type RunRow } from '../runs/store.js';
@@ -66,6 +66,8 @@ export function clientGone(reply: FastifyReply): AbortSignal {
 
 export interface RunRequest {
   agent: string;
+  /** The body field the input came in, for errors about it. */
+  inputField?: string;
   class: RunClass;
   /** Held for its caller (inline or streamed) and executed here; otherwise queued. */
   held: boolean;
@@ -80,6 +82,12 @@ export interface RunRequest {
 
 /** The run to admit: its id chosen now (the thread is taken under it), its thread checked, its bounds set. */
 export async function newRunOf(ctx: RouteContext, who: Principal, request: RunRequest): Promise<NewRun> {
+  // System messages alone ask nothing: refused here, before the run would fail with nothing to answer.
+  if (Array.isArray(request.input) && request.input.every((m: { role?: unknown }) => m.role === 'system')) {
+    throw badRequest(`\`${request.inputField ?? 'input'}\` holds only system messages; add a user message`, {
+      field: request.inputField ?? 'input',
+    });
+  }
   const thread =
     request.threadId === undefined ? undefined : await getThread(ctx.db, who.tenant, request.threadId);
   if (request.threadId !== undefined && !thread) throw notFound(`No thread \`${shown(request.threadId)}\``);

@@ -12,11 +12,12 @@ import {
 } from '../threads/store.js';
 import type { RouteContext } from './context.js';
 
-/** A messages cursor: the last message's position, opaque to clients. */
-const encodeSeq = (seq: string) => Buffer.from(`m:${seq}`).toString('base64url');
-function decodeSeq(raw: string): string | undefined {
+/** A messages cursor: how many of the thread's messages were read, opaque to clients. */
+const encodeOffset = (offset: number) => Buffer.from(`m:${offset}`).toString('base64url');
+function decodeOffset(raw: string): number | undefined {
   if (!/^[A-Za-z0-9_-]{1,100}$/.test(raw)) return undefined;
-  return /^m:(\d{1,18})$/.exec(Buffer.from(raw, 'base64url').toString())?.[1];
+  const match = /^m:(\d{1,9})$/.exec(Buffer.from(raw, 'base64url').toString());
+  return match ? Number(match[1]) : undefined;
 }
 
 const toApiMessage = (m: ThreadMessageRow) => ({
@@ -64,16 +65,16 @@ export function threadRoutes(api: FastifyInstance, ctx: RouteContext): void {
       if (!thread) throw notFound(`No thread \`${shown(request.params.id)}\``);
       const limit = pageLimit(request.query.limit);
       const cursor = request.query.cursor;
-      const afterSeq = cursor === undefined ? undefined : decodeSeq(cursor);
-      if (cursor !== undefined && afterSeq === undefined)
+      const offset = cursor === undefined ? 0 : decodeOffset(cursor);
+      if (offset === undefined)
         throw badRequest(`Malformed \`cursor\` \`${shown(cursor)}\``, { field: 'cursor' });
-      const rows = await listMessages(db, thread.id, { limit: limit + 1, afterSeq });
+      const rows = await listMessages(db, thread.id, { limit: limit + 1, offset });
       const { data, more } = fillPage(rows, limit, toApiMessage);
       return {
         object: 'list',
         data,
         has_more: more,
-        next_cursor: more ? encodeSeq(rows[data.length - 1]!.seq) : null,
+        next_cursor: more ? encodeOffset(offset + data.length) : null,
       };
     },
   );

@@ -29,7 +29,6 @@ export interface ThreadRow {
 }
 
 export interface ThreadMessageRow {
-  seq: string;
   role: 'user' | 'assistant' | 'system';
   content: unknown;
   run_id: string | null;
@@ -86,18 +85,22 @@ export async function getThread(db: SqlClient, tenant: string, id: string): Prom
   ).rows[0];
 }
 
-/** A page of a thread's messages, oldest first, after the message `afterSeq`. */
+/**
+ * A page of a thread's messages, oldest first, after the first `offset` of them. Messages are
+ * only ever appended, so a position in the thread is a stable cursor, and it says nothing about
+ * other threads (a global sequence number would).
+ */
 export async function listMessages(
   db: Database,
   threadId: string,
-  page: { limit: number; afterSeq?: string },
+  page: { limit: number; offset: number },
 ): Promise<ThreadMessageRow[]> {
   return (
     await db.query<ThreadMessageRow>(
-      `SELECT seq::text AS seq, role, content, run_id, (extract(epoch FROM created_at))::float8 AS created_at
-       FROM thread_messages WHERE thread_id = $1::text AND ($2::bigint IS NULL OR seq > $2::bigint)
-       ORDER BY seq LIMIT $3::int`,
-      [threadId, page.afterSeq ?? null, page.limit],
+      `SELECT m.role, m.content, m.run_id, (extract(epoch FROM m.created_at))::float8 AS created_at
+       FROM thread_messages m WHERE m.thread_id = $1::text
+       ORDER BY m.seq OFFSET $2::int LIMIT $3::int`,
+      [threadId, page.offset, page.limit],
     )
   ).rows;
 }
@@ -110,8 +113,8 @@ export async function historyOf(
 ): Promise<{ role: 'user' | 'assistant' | 'system'; content: unknown }[]> {
   return (
     await db.query<{ role: 'user' | 'assistant' | 'system'; content: unknown }>(
-      `SELECT role, content FROM (SELECT seq, role, content FROM thread_messages WHERE thread_id = $1::text
-                                  ORDER BY seq DESC LIMIT $2::int) last ORDER BY seq`,
+      `SELECT role, content FROM (SELECT m.seq, m.role, m.content FROM thread_messages m WHERE m.thread_id = $1::text
+                                  ORDER BY m.seq DESC LIMIT $2::int) last ORDER BY last.seq`,
       [threadId, max],
     )
   ).rows;

@@ -74,21 +74,24 @@ describe('threads', () => {
   it('messages are paged with the caps of the runs list, and the cursor reaches each message once', async () => {
     const t = await startTestServer();
     const id = (await t.call('POST', '/threads', {})).body.id as string;
-    for (let i = 0; i < 3; i++) await t.call('POST', '/agents/echo/runs', { input: `m${i}`, thread_id: id });
+    // Six runs: twelve messages, past the point where a sequence compared as text would sort 10 before 9.
+    for (let i = 0; i < 6; i++) await t.call('POST', '/agents/echo/runs', { input: `m${i}`, thread_id: id });
     const texts: unknown[] = [];
     let cursor: string | null = null;
     let pages = 0;
     do {
       const page: Body = (
-        await t.call('GET', `/threads/${id}/messages?limit=4${cursor ? `&cursor=${cursor}` : ''}`)
+        await t.call('GET', `/threads/${id}/messages?limit=5${cursor ? `&cursor=${cursor}` : ''}`)
       ).body;
       texts.push(...page.data.map((m: Body) => m.content));
       cursor = page.next_cursor;
       pages += 1;
     } while (cursor);
-    expect(pages).toBe(2);
-    expect(texts).toEqual(['m0', 'done m0', 'm1', 'done m1', 'm2', 'done m2']);
-    expect((await t.call('GET', `/threads/${id}/messages?limit=5000`)).body.data).toHaveLength(6);
+    expect(pages).toBe(3);
+    const expected = Array.from({ length: 6 }, (_, i) => [`m${i}`, `done m${i}`]).flat();
+    expect(texts).toEqual(expected);
+    const all = (await t.call('GET', `/threads/${id}/messages?limit=5000`)).body.data as Body[];
+    expect(all.map((m) => m.content)).toEqual(expected);
     for (const bad of ['limit=0', 'limit=-1', 'limit=abc', 'cursor=%00', 'cursor=bm9wZQ']) {
       const r = await t.call('GET', `/threads/${id}/messages?${bad}`);
       expect(r.status, bad).toBe(400);

@@ -68,8 +68,8 @@ describe('POST /chat/completions with the official openai client', () => {
     expect(chunks.at(-1)!.usage).toEqual({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 });
   });
 
-  it('a run that fails mid-stream ends the stream with an error the client raises; a failed plain call is a 502 naming the run', async () => {
-    const { client } = await setup();
+  it('a run that fails mid-stream ends the stream with an error the client raises; a failed plain call is a 502 naming the run, not retried by the client', async () => {
+    const { client, t } = await setup();
     const stream = await client.chat.completions.create({
       model: 'agent:echo',
       messages: [{ role: 'user', content: 'please fail' }],
@@ -84,6 +84,16 @@ describe('POST /chat/completions with the official openai client', () => {
       .catch((e: unknown) => e);
     expect(plain).toBeInstanceOf(OpenAI.InternalServerError);
     expect(plain).toMatchObject({ status: 502, code: 'run_failed' });
+    // A client with its default retries does not send the failed run again: one run, not three.
+    const retrying = new OpenAI({ baseURL: client.baseURL, apiKey: client.apiKey });
+    const before = (await t.call('GET', '/agents/runs?limit=1000')).body.data.length as number;
+    await expect(
+      retrying.chat.completions.create({
+        model: 'agent:echo',
+        messages: [{ role: 'user', content: 'fail once' }],
+      }),
+    ).rejects.toMatchObject({ status: 502 });
+    expect((await t.call('GET', '/agents/runs?limit=1000')).body.data.length).toBe(before + 1);
   });
 
   it("service_tier 'flex' runs in the deferred class; caps, limits and bad input are refused as the client's errors", async () => {

@@ -45,8 +45,10 @@ describe('review10: a held run waiting for a thread during a drain', () => {
     const waiting = t.call('POST', '/agents/echo/runs', { input: 'next', thread_id: thread });
     await until(() => t.server.waiters.size === 1, 'the second run waiting for the thread');
     const draining = t.server.drain();
-    // The waiter gives up after its 2 s (409), then the holder ends and the drain completes.
-    expect((await waiting).status).toBe(409);
+    // The waiter is answered as the drain begins (503 server_draining), then the holder ends and the drain completes.
+    const answer = await waiting;
+    expect(answer.status).toBe(503);
+    expect(answer.body.error.code).toBe('server_draining');
     release.open();
     await draining;
     // About 2 s of waiting at one try a second (RETRY_MS): a handful of attempts.

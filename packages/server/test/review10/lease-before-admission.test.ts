@@ -63,14 +63,14 @@ describe.runIf(postgres)('review10: the thread lease of a run waiting for admiss
     );
     await blocker.query(`SELECT pg_advisory_unlock(hashtext('sluice:tenant:t'))`);
 
-    // Either B waits for the thread (a waiter) or both reach the provider at once.
-    await until(
-      () => provider.inFlight === 2 || (provider.inFlight === 1 && t.server.waiters.size === 1),
-      'one run at the provider with the other waiting, or both at the provider',
-    );
-    // Fails: both runs of the thread are at the provider at the same time.
-    expect(provider.inFlight).toBe(1);
+    // A lost its thread while it waited for admission: admission refuses it (409 thread_busy)
+    // instead of letting it run beside B, which holds the thread now.
+    const answerA = await a;
+    expect(answerA.status).toBe(409);
+    expect(answerA.body.error).toMatchObject({ code: 'thread_busy', thread_id: thread });
+    await until(() => provider.inFlight === 1, 'B at the provider');
     release.open();
-    await Promise.all([a, b]);
+    expect((await b).body.status).toBe('succeeded');
+    expect(provider.peakInFlight).toBe(1);
   });
 });
