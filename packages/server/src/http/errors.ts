@@ -106,7 +106,8 @@ export function refusalError(refusal: Refusal): HttpError {
         { 'retry-after': String(QUOTA_RETRY_AFTER_S) },
       );
     case 'spend':
-      // Not a case for retrying soon: no Retry-After.
+      // Not a case for retrying soon: no Retry-After, and clients that retry on their own (the
+      // OpenAI ones) are told not to.
       return new HttpError(
         429,
         'spend_limit_exceeded',
@@ -120,6 +121,7 @@ export function refusalError(refusal: Refusal): HttpError {
           spent_usd: refusal.spentUsd,
           reserved_usd: refusal.reservedUsd,
         },
+        { 'x-should-retry': 'false' },
       );
     case 'thread':
       return new HttpError(

@@ -36,13 +36,18 @@ function textParts(content: unknown, where: string, kinds: string[]): RunMessage
   if (!Array.isArray(content))
     throw badRequest(`Expected \`${where}\` to be a string or a list of parts`, { field: where });
   return content.map((part: { type?: unknown; text?: unknown }, i) => {
-    if (!kinds.includes(String(part?.type)) || typeof part.text !== 'string') {
+    if (kinds.includes(String(part?.type)) && (typeof part.text !== 'string' || part.text === '')) {
+      throw badRequest(`Expected \`${where}.${i}.text\` to be a non-empty string`, {
+        field: `${where}.${i}.text`,
+      });
+    }
+    if (!kinds.includes(String(part?.type))) {
       throw badRequest(
         `\`${where}.${i}\` is a \`${shown(part?.type)}\` part; only ${kinds.join(' and ')} parts are understood`,
         { field: `${where}.${i}.type` },
       );
     }
-    return { type: 'text' as const, text: part.text };
+    return { type: 'text' as const, text: part.text as string };
   });
 }
 

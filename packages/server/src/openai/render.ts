@@ -41,12 +41,18 @@ const textOf = (run: RunRow): string | undefined => {
   return typeof output?.text === 'string' ? output.text : undefined;
 };
 
-/** Token counts as the OpenAI objects give them: the total is the sum of the two. */
-function tokens(run: RunRow): { input: number; output: number } | null {
-  const usage = run.usage as { input?: unknown; output?: unknown } | null;
+/**
+ * Token counts as the OpenAI objects give them. The run's `input` leaves out prompt tokens read
+ * from the provider's cache, its `totalTokens` counts them: the prompt is everything but the
+ * output, the cached part is the difference, and the total adds up.
+ */
+function tokens(run: RunRow): { input: number; cached: number; output: number } | null {
+  const usage = run.usage as { input?: unknown; output?: unknown; totalTokens?: unknown } | null;
   if (!usage) return null;
-  const count = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
-  return { input: count(usage.input), output: count(usage.output) };
+  const count = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) && v > 0 ? v : 0);
+  const output = count(usage.output);
+  const input = Math.max(count(usage.input), count(usage.totalTokens) - output);
+  return { input, cached: input - count(usage.input), output };
 }
 
 /** The id of a run's one output message. */
@@ -98,14 +104,16 @@ export function toResponse(run: RunRow) {
     tools: [],
     top_p: null,
     truncation: 'disabled',
-    usage: counts && {
-      input_tokens: counts.input,
-      input_tokens_details: { cached_tokens: 0 },
-      output_tokens: counts.output,
-      output_tokens_details: { reasoning_tokens: 0 },
-      total_tokens: counts.input + counts.output,
-    },
-    user: null,
+    // Absent rather than null until there is usage: the client types it as an object or nothing.
+    ...(counts && {
+      usage: {
+        input_tokens: counts.input,
+        input_tokens_details: { cached_tokens: counts.cached },
+        output_tokens: counts.output,
+        output_tokens_details: { reasoning_tokens: 0 },
+        total_tokens: counts.input + counts.output,
+      },
+    }),
   };
 }
 export type ApiResponse = ReturnType<typeof toResponse>;
@@ -133,6 +141,7 @@ export function toChatCompletion(run: RunRow, model: string) {
       prompt_tokens: counts.input,
       completion_tokens: counts.output,
       total_tokens: counts.input + counts.output,
+      prompt_tokens_details: { cached_tokens: counts.cached },
     },
     service_tier: run.class === 'deferred' ? 'flex' : 'default',
     system_fingerprint: null,

@@ -15,6 +15,7 @@ import {
   takePlace,
   waitForHeld,
   waitForQueued,
+  windowFor,
 } from '../routes/submit.js';
 import { threadOfChain } from './chains.js';
 import { agentOfModel, chatInput, responsesInput, type RunMessage } from './input.js';
@@ -66,6 +67,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
       const body = request.body;
       const agent = agentNamed(who.tenant, body.model);
       const given = responsesInput(body.input);
+      checkInput(given as Parameters<typeof checkInput>[0], 'input');
       const input: string | RunMessage[] =
         typeof body.instructions === 'string' && body.instructions !== ''
           ? [
@@ -73,7 +75,8 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
               ...(typeof given === 'string' ? [{ role: 'user' as const, content: given }] : given),
             ]
           : given;
-      checkInput(input as Parameters<typeof checkInput>[0], 'input');
+      // The input alone was within the limits: past them now, the instructions took it there.
+      if (input !== given) checkInput(input as Parameters<typeof checkInput>[0], 'instructions');
       const flex = body.service_tier === 'flex';
       const background = body.background === true;
       if (body.stream && (background || flex)) {
@@ -107,7 +110,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
         if (background) return toResponse(await admitQueued(ctx, who, newRun));
         const release = takePlace(ctx, who, newRun.class);
         const { run: current } = await admitQueued(ctx, who, newRun)
-          .then((run) => waitForQueued(ctx, run, gone))
+          .then((run) => waitForQueued(ctx, run, gone, windowFor(request.headers, settings.syncTimeoutMs)))
           .finally(release);
         return reply.status(isFinal(current.status) ? 200 : 202).send(toResponse(current));
       }
@@ -120,7 +123,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
       }
       const finished = executor.execute(run);
       void finished.finally(release);
-      const final = await waitForHeld(ctx, run, finished);
+      const final = await waitForHeld(ctx, run, finished, windowFor(request.headers, settings.syncTimeoutMs));
       return reply.status(isFinal(final.status) ? 200 : 202).send(toResponse(final));
     },
   );
@@ -131,10 +134,20 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
     return run;
   };
 
-  api.get<{ Params: { id: string } }>(
+  api.get<{ Params: { id: string }; Querystring: { stream?: string } }>(
     '/responses/:id',
     { schema: { summary: 'A response', params: responseParams } },
-    async (request) => toResponse(await responseOf(request.principal.tenant, request.params.id)),
+    async (request) => {
+      const response = toResponse(await responseOf(request.principal.tenant, request.params.id));
+      // A stream of a response already under way is not kept: say so rather than answer JSON
+      // to a client that reads events.
+      if (request.query.stream !== undefined && request.query.stream !== 'false') {
+        throw badRequest('A response is streamed only by the request that creates it (`stream: true`)', {
+          field: 'stream',
+        });
+      }
+      return response;
+    },
   );
 
   api.post<{ Params: { id: string } }>(
@@ -191,7 +204,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
         const release = takePlace(ctx, who, newRun.class);
         final = (
           await admitQueued(ctx, who, newRun)
-            .then((run) => waitForQueued(ctx, run, gone))
+            .then((run) => waitForQueued(ctx, run, gone, windowFor(request.headers, settings.syncTimeoutMs)))
             .finally(release)
         ).run;
       } else {
@@ -207,7 +220,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
         }
         const finished = executor.execute(run);
         void finished.finally(release);
-        final = await waitForHeld(ctx, run, finished);
+        final = await waitForHeld(ctx, run, finished, windowFor(request.headers, settings.syncTimeoutMs));
       }
       if (final.status === 'succeeded') return toChatCompletion(final, body.model);
       if (!isFinal(final.status)) return reply.status(202).send(toChatCompletion(final, body.model));

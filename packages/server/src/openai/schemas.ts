@@ -32,8 +32,8 @@ const textPart = {
 
 const partsOrText = {
   anyOf: [
-    { type: 'string', pattern: storableText },
-    { type: 'array', maxItems: 100_000, items: textPart },
+    { type: 'string', minLength: 1, pattern: storableText },
+    { type: 'array', minItems: 1, maxItems: 100_000, items: textPart },
   ],
 } as const;
 

@@ -142,11 +142,15 @@ export class Executor {
         },
         events: { onText: listener?.onText, onTool: listener?.onTool },
       });
+      const prompt = chatMessages(run.input);
+      // The run's messages begin with its prompt (system messages aside, which go to the system prompt).
+      const asked = typeof prompt === 'string' ? 1 : prompt.filter((m) => m.role !== 'system').length;
+      const text = answerOf(result.messages.slice(asked));
       return {
         status: 'succeeded',
-        output: result.data === undefined ? { text: result.text } : { text: result.text, data: result.data },
+        output: result.data === undefined ? { text } : { text, data: result.data },
         usage: result.usage,
-        threadMessages: run.thread_id === null ? undefined : newThreadMessages(run.input, result.text),
+        threadMessages: run.thread_id === null ? undefined : newThreadMessages(run.input, text),
       };
     } catch (error) {
       const usage = (error as { usage?: unknown }).usage;
@@ -368,6 +372,22 @@ export class Executor {
       this.#watching = false;
     }
   }
+}
+
+/**
+ * The run's answer: the text of every assistant turn, in order, as its stream showed it (a turn
+ * that says something before it calls a tool is part of what the user was told).
+ */
+function answerOf(messages: readonly unknown[]): string {
+  let text = '';
+  for (const message of messages as { role?: unknown; content?: unknown }[]) {
+    if (message.role !== 'assistant') continue;
+    if (typeof message.content === 'string') text += message.content;
+    else if (Array.isArray(message.content))
+      for (const block of message.content as { type?: unknown; text?: unknown }[])
+        if (block.type === 'text' && typeof block.text === 'string') text += block.text;
+  }
+  return text;
 }
 
 type StoredContent = string | { text: string }[];

@@ -3,7 +3,13 @@ import { until } from '../helpers.js';
 import { apiClient, startCountedApp } from './harness.js';
 
 /** The deferred queue held: one deferred run may run per tenant, and one stalls. */
-const held = { deferredMaxRunningPerTenant: 1, deferredConcurrency: 1, runConcurrency: 1 };
+// A hundred callers of one user wait at once here: the per-user cap of held callers is off.
+const held = {
+  deferredMaxRunningPerTenant: 1,
+  deferredConcurrency: 1,
+  runConcurrency: 1,
+  maxConcurrentPerUser: 0,
+};
 
 it('H5: a deferred run is answered 202 at once unless the caller sends wait: true', async () => {
   const { app, url, provider, token } = await startCountedApp(held);

@@ -65,7 +65,7 @@ describe('POST /chat/completions with the official openai client', () => {
     expect(text).toBe('chat: a reply long enough to come in several pieces');
     expect(chunks.filter((c) => (c.choices[0]?.delta.content ?? '') !== '').length).toBeGreaterThan(1);
     expect(chunks.at(-2)!.choices[0]!.finish_reason).toBe('stop');
-    expect(chunks.at(-1)!.usage).toEqual({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 });
+    expect(chunks.at(-1)!.usage).toMatchObject({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 });
   });
 
   it('a run that fails mid-stream ends the stream with an error the client raises; a failed plain call is a 502 naming the run, not retried by the client', async () => {

@@ -1,6 +1,5 @@
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
-import { settingDefaults } from '@sluice/server';
 import { startTestServer, until } from '../helpers.js';
 
 /**
@@ -10,13 +9,6 @@ import { startTestServer, until } from '../helpers.js';
  * thinks worth retrying, must be safe to send again.
  */
 describe('review11: the openai client retrying', () => {
-  it("the default sync window is shorter than the client's default timeout, so a slow response is answered 202 before the client gives up", () => {
-    // Both are 10 minutes: the client's timer starts before the request is sent, the server's
-    // once the run is admitted, so the client always gives up first (and retries, see below).
-    // Fails: 600000 is not less than 600000.
-    expect(settingDefaults.syncTimeoutMs).toBeLessThan(OpenAI.DEFAULT_TIMEOUT);
-  });
-
   it('a held response slower than the client timeout is answered 202 once, not started again by each retry of the client', async () => {
     // The defaults scaled down: the sync window equals the client's timeout, as 600 s and 600 s do.
     const t = await startTestServer({ settings: { syncTimeoutMs: 1_500 } });
@@ -26,16 +18,18 @@ describe('review11: the openai client retrying', () => {
       timeout: 1_500,
       maxRetries: 1,
     });
-    const outcome = await client.responses.create({ model: 'agent:echo', input: 'stall' }).then(
-      (response) => response.status,
-      (error: unknown) => (error as Error).constructor.name,
-    );
+    // A request timeout of its own: the client says it in X-Stainless-Timeout (whole seconds).
+    const outcome = await client.responses
+      .create({ model: 'agent:echo', input: 'stall' }, { timeout: 1_500 })
+      .then(
+        (response) => response.status,
+        (error: unknown) => (error as Error).constructor.name,
+      );
     const runs = (await t.call('GET', '/agents/runs')).body.data as { id: string }[];
     for (const run of runs) await t.call('POST', `/agents/runs/${run.id}/cancel`, {});
     await until(() => t.provider.inFlight === 0, 'the stalled runs stopped');
-    // Fails: 'APIConnectionTimeoutError', and two runs: the first timed out at the client, the
-    // retry made a second one (the client sends X-Stainless-Timeout, which the server could
-    // keep under, but the wait is AGENT_SYNC_TIMEOUT_MS whatever the caller will wait).
+    // The client says how long it waits (X-Stainless-Timeout): it is answered 202 before then,
+    // so it does not time out and retry into a second run.
     expect.soft(outcome).toBe('in_progress');
     expect(runs).toHaveLength(1);
   });
@@ -62,5 +56,14 @@ describe('review11: the openai client retrying', () => {
     // Fails: 3. The 429 has no Retry-After (on purpose, errors.ts) but no `x-should-retry: false`
     // either, so the client sends it twice more with its own backoff.
     expect(requests).toBe(1);
+  });
+
+  it("the hold is kept under what the caller waits: its X-Stainless-Timeout, or the official client's default 10 minutes", async () => {
+    const { windowFor } = await import('../../src/routes/submit.js');
+    expect(windowFor({}, 600_000)).toBe(600_000);
+    expect(windowFor({ 'x-stainless-lang': 'js' }, 600_000)).toBe(570_000);
+    expect(windowFor({ 'x-stainless-lang': 'js', 'x-stainless-timeout': '60' }, 600_000)).toBe(57_000);
+    expect(windowFor({ 'x-stainless-timeout': '3600' }, 600_000)).toBe(600_000);
+    expect(windowFor({ 'x-stainless-timeout': 'soon' }, 5_000)).toBe(5_000);
   });
 });
