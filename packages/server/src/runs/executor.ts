@@ -1,18 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import type { Database } from '@sluice/postgres/database';
-import {
-  ConcurrencyError,
-  RepairLimitError,
-  RunTimeoutError,
-  type Agent,
-  type ChatMessage,
-  type ToolEvent,
-} from 'sluice';
+import { RunTimeoutError, type Agent, type ToolEvent } from 'sluice';
 import type { SluiceConfig } from '../config.js';
 import { agentFor } from '../config.js';
 import type { ServerSettings } from '../settings.js';
 import type { RunEvents } from './events.js';
-import { cleanText } from './json.js';
+import { answerOf, chatMessages, publicMessage, toChatMessage } from './agent-io.js';
 import { historyOf, newThreadMessages, threadLeaseMs } from '../threads/store.js';
 import { claimDefaultRun, claimDeferredRun } from './claims.js';
 import { finishRun, getRun, runsToStop, type Outcome, type RunRow } from './store.js';
@@ -142,10 +135,8 @@ export class Executor {
         },
         events: { onText: listener?.onText, onTool: listener?.onTool },
       });
-      const prompt = chatMessages(run.input);
-      // The run's messages begin with its prompt (system messages aside, which go to the system prompt).
-      const asked = typeof prompt === 'string' ? 1 : prompt.filter((m) => m.role !== 'system').length;
-      const text = answerOf(result.messages.slice(asked));
+      // An agent that gives no conversation back (a stand-in in a config) answers with its text.
+      const text = Array.isArray(result.messages) ? answerOf(run.input, result.messages) : result.text;
       return {
         status: 'succeeded',
         output: result.data === undefined ? { text } : { text, data: result.data },
@@ -372,49 +363,4 @@ export class Executor {
       this.#watching = false;
     }
   }
-}
-
-/**
- * The run's answer: the text of every assistant turn, in order, as its stream showed it (a turn
- * that says something before it calls a tool is part of what the user was told).
- */
-function answerOf(messages: readonly unknown[]): string {
-  let text = '';
-  for (const message of messages as { role?: unknown; content?: unknown }[]) {
-    if (message.role !== 'assistant') continue;
-    if (typeof message.content === 'string') text += message.content;
-    else if (Array.isArray(message.content))
-      for (const block of message.content as { type?: unknown; text?: unknown }[])
-        if (block.type === 'text' && typeof block.text === 'string') text += block.text;
-  }
-  return text;
-}
-
-type StoredContent = string | { text: string }[];
-
-const textOf = (content: StoredContent): string =>
-  typeof content === 'string' ? content : content.map((b) => b.text).join('\n');
-
-const toChatMessage = (m: { role: ChatMessage['role']; content: unknown }): ChatMessage => ({
-  role: m.role,
-  content: textOf(m.content as StoredContent),
-});
-
-/** A stored input as the agent's prompt: the text, or the messages in order. */
-function chatMessages(input: unknown): string | ChatMessage[] {
-  if (typeof input === 'string') return input;
-  if (Array.isArray(input))
-    return (input as { role: ChatMessage['role']; content: unknown }[]).map(toChatMessage);
-  return JSON.stringify(input);
-}
-
-/**
- * What a client sees of a failure. Sluice's own errors say what happened in our words; other
- * errors (a provider's body, a network error naming an internal host) stay in the server log.
- */
-function publicMessage(error: unknown, runId: string): string {
-  if (error instanceof ConcurrencyError || error instanceof RepairLimitError)
-    return cleanText(error.message).slice(0, 2_000);
-  const name = error instanceof Error ? error.name : typeof error;
-  return `The agent failed (${name}); the server log has the details under run ${runId}`;
 }
