@@ -116,13 +116,13 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
       }
       const { run, release } = await admitHeld(ctx, who, newRun, { signal: gone });
       if (body.stream) {
-        void streamResponse(reply, executor, run, { db, keepAliveMs: settings.streamKeepAliveMs }).finally(
-          release,
-        );
+        void streamResponse(reply, executor, run, { db, keepAliveMs: settings.streamKeepAliveMs })
+          .finally(release)
+          .catch(() => undefined);
         return reply;
       }
       const finished = executor.execute(run);
-      void finished.finally(release);
+      void finished.finally(release).catch(() => undefined);
       const final = await waitForHeld(ctx, run, finished, windowFor(request.headers, settings.syncTimeoutMs));
       return reply.status(isFinal(final.status) ? 200 : 202).send(toResponse(final));
     },
@@ -215,11 +215,13 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
             keepAliveMs: settings.streamKeepAliveMs,
             model: body.model,
             includeUsage: body.stream_options?.include_usage === true,
-          }).finally(release);
+          })
+            .finally(release)
+            .catch(() => undefined);
           return reply;
         }
         const finished = executor.execute(run);
-        void finished.finally(release);
+        void finished.finally(release).catch(() => undefined);
         final = await waitForHeld(ctx, run, finished, windowFor(request.headers, settings.syncTimeoutMs));
       }
       if (final.status === 'succeeded') return toChatCompletion(final, body.model);

@@ -138,12 +138,12 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
       if (body.stream) {
         const streaming = streamRun(reply, executor, run, { keepAliveMs: settings.streamKeepAliveMs, db });
         cancelOnLeave();
-        void streaming.finally(release);
+        void streaming.finally(release).catch(() => undefined);
         return reply;
       }
       const finished = executor.execute(run);
       cancelOnLeave();
-      void finished.finally(release);
+      void finished.finally(release).catch(() => undefined);
       const final = await waitForHeld(ctx, run, finished);
       if (final.error?.type === 'interrupted') throw interruptedError(final);
       if (final.error?.type === 'timeout') {
