@@ -56,7 +56,9 @@ export function toConversation(
   }
   const system = [input.instructions ?? '', ...[...earlier, ...asked].flatMap(systemText)];
   const toMessage = (m: ChatMessage): Message =>
-    m.role === 'user' ? { role: 'user', content: m.content, timestamp: now } : answer(model, m.content, now);
+    m.role === 'user'
+      ? { role: 'user', content: m.content, timestamp: now }
+      : assistantMessage(model, [{ type: 'text', text: m.content }], now);
   return {
     systemPrompt: system.filter((text) => text !== '').join('\n\n'),
     history: earlier.filter((m) => m.role !== 'system').map(toMessage),
@@ -68,10 +70,18 @@ function systemText(m: ChatMessage): string[] {
   return m.role === 'system' ? [m.content] : [];
 }
 
-function answer(model: Model<Api>, text: string, timestamp: number): AssistantMessage {
+/**
+ * An assistant message of the agent's own model with no usage of its own: an earlier answer
+ * given back as history, or the base of a provider request that failed before it answered.
+ */
+export function assistantMessage(
+  model: Model<Api>,
+  content: AssistantMessage['content'],
+  timestamp: number,
+): AssistantMessage {
   return {
     role: 'assistant',
-    content: [{ type: 'text', text }],
+    content,
     api: model.api,
     provider: model.provider,
     model: model.id,

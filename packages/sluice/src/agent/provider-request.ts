@@ -14,6 +14,7 @@ import type { ConcurrencyEvent } from '../concurrency/events.js';
 import { acquireSlot, type HeldSlot } from '../concurrency/slot.js';
 import type { Credential } from '../models/model.js';
 import { observeResponses } from '../models/response-observer.js';
+import { assistantMessage } from './conversation.js';
 import type { ResolvedRuntimeOptions } from './options.js';
 import { decideRetry, type FailedAttempt } from './retry.js';
 import { runFields, type RunScope } from './scope.js';
@@ -52,26 +53,6 @@ interface Attempt {
   readonly turnTimedOut: boolean;
 }
 
-function emptyMessage(model: Model<Api>, timestamp: number): AssistantMessage {
-  return {
-    role: 'assistant',
-    content: [],
-    api: model.api,
-    provider: model.provider,
-    model: model.id,
-    usage: {
-      input: 0,
-      output: 0,
-      cacheRead: 0,
-      cacheWrite: 0,
-      totalTokens: 0,
-      cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 },
-    },
-    stopReason: 'stop',
-    timestamp,
-  };
-}
-
 /**
  * Sends one turn's provider request. Every attempt (the first request, each retry, each
  * credential move, the resend after compaction) takes its own slot before it is sent and gives
@@ -93,7 +74,7 @@ export async function sendProviderRequest(
   let sent = 0;
   const failed = (failure: Error, base?: AssistantMessage): ProviderOutcome => ({
     message: {
-      ...(base ?? emptyMessage(model, clock.now())),
+      ...(base ?? assistantMessage(model, [], clock.now())),
       stopReason: 'error',
       errorMessage: failure.message,
     },
@@ -102,7 +83,7 @@ export async function sendProviderRequest(
   });
   const cancelled = (base?: AssistantMessage): ProviderOutcome => ({
     message: {
-      ...(base ?? emptyMessage(model, clock.now())),
+      ...(base ?? assistantMessage(model, [], clock.now())),
       stopReason: 'aborted',
       errorMessage: String(scope.signal.reason),
     },
