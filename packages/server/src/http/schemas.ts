@@ -11,7 +11,7 @@ const rfc3339 = '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d{1,9})?(Z|[+-]
  * Text jsonb can store: no U+0000 and no unpaired UTF-16 surrogate (Ajv compiles patterns
  * with the `u` flag, where a well-formed pair is one code point outside \p{Cs}).
  */
-const storableText = '^[^\\u0000\\p{Cs}]*$';
+export const storableText = '^[^\\u0000\\p{Cs}]*$';
 /** Whole numbers as the query string carries them: 1 or more, without a sign or a point. */
 const positiveInteger = '^0*[1-9][0-9]{0,29}$';
 export const MAX_DELAY_SECONDS = 365 * 24 * 3600;
@@ -39,7 +39,7 @@ export const messageSchema = {
   },
 } as const;
 
-const metadataSchema = {
+export const metadataSchema = {
   type: 'object',
   maxProperties: 16,
   propertyNames: { type: 'string', minLength: 1, maxLength: 64, pattern: storableText },

@@ -3,7 +3,7 @@ import { agentFor } from '../config.js';
 import { requireRole } from '../http/auth.js';
 import { HttpError, badRequest, notFound, shown } from '../http/errors.js';
 import { checkInput } from '../http/limits.js';
-import { cancelRun } from '../runs/cancel.js';
+import { CANCEL_CONFIRM_MS, cancelRun, mayCancel } from '../runs/cancel.js';
 import { isFinal } from '../runs/lifecycle.js';
 import { getRun, type RunRow } from '../runs/store.js';
 import type { RouteContext } from '../routes/context.js';
@@ -42,9 +42,6 @@ interface CreateChatBody {
   service_tier?: string | null;
   metadata?: Record<string, string> | null;
 }
-
-/** How long a cancel of a response running on another process waits for it to confirm. */
-const CANCEL_CONFIRM_MS = 5_000;
 
 /**
  * The OpenAI-compatible endpoints, for the official `openai` client with
@@ -165,7 +162,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
           },
         );
       }
-      if (who.role !== 'admin' && run.project !== who.project) {
+      if (!mayCancel(who, run)) {
         throw new HttpError(403, 'permission_denied', `Response ${run.id} belongs to another project`);
       }
       const current = await cancelRun(ctx, run, { confirmMs: CANCEL_CONFIRM_MS, signal: clientGone(reply) });

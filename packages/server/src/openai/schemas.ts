@@ -1,10 +1,11 @@
+import { metadataSchema, storableText } from '../http/schemas.js';
+
 /**
  * The bodies the OpenAI endpoints accept. Fields the official client may send that change
  * nothing here (`store`, `temperature`...) are accepted and ignored; any other field is refused,
  * naming it, rather than silently not doing what the caller asked.
  */
 
-const storableText = '^[^\\u0000\\p{Cs}]*$';
 const ignored = {
   store: { type: 'boolean' },
   user: { type: 'string', maxLength: 256 },
@@ -14,10 +15,9 @@ const ignored = {
   parallel_tool_calls: { type: ['boolean', 'null'] },
 } as const;
 
+/** The runs API's metadata bounds, with string values only, as the OpenAI API has them. */
 const openAiMetadata = {
-  type: 'object',
-  maxProperties: 16,
-  propertyNames: { type: 'string', minLength: 1, maxLength: 64, pattern: storableText },
+  ...metadataSchema,
   additionalProperties: { type: 'string', maxLength: 512, pattern: storableText },
   description: 'Up to 16 keys of at most 64 characters, with string values of at most 512 characters.',
 } as const;

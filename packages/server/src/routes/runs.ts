@@ -3,15 +3,12 @@ import { requireRole } from '../http/auth.js';
 import { HttpError, badRequest, notFound, shown } from '../http/errors.js';
 import { fillPage, pageLimit } from '../http/paging.js';
 import { listRunsQuery, runParams } from '../http/schemas.js';
-import { cancelRun } from '../runs/cancel.js';
+import { CANCEL_CONFIRM_MS, cancelRun, mayCancel } from '../runs/cancel.js';
 import { isFinal, runStatuses, type RunClass } from '../runs/lifecycle.js';
 import { decodeCursor, encodeCursor, getRun, listRuns, queueCounts, toApiRun } from '../runs/store.js';
 import type { RouteContext } from './context.js';
 import { createRunRoute } from './create-run.js';
 import { clientGone } from './submit.js';
-
-/** How long a cancel of a run on another process waits for that process to confirm. */
-const CANCEL_CONFIRM_MS = 5_000;
 
 export function runRoutes(api: FastifyInstance, ctx: RouteContext): void {
   const { db, settings } = ctx;
@@ -59,8 +56,7 @@ export function runRoutes(api: FastifyInstance, ctx: RouteContext): void {
       requireRole(who, 'member', 'cancel runs');
       const run = await getRun(db, who.tenant, request.params.id);
       if (!run) throw notFound(`No run \`${shown(request.params.id)}\``);
-      // A member cancels its own project's runs; an admin any run of the tenant.
-      if (who.role !== 'admin' && run.project !== who.project) {
+      if (!mayCancel(who, run)) {
         throw new HttpError(
           403,
           'permission_denied',

@@ -4,6 +4,13 @@ import { isFinal } from './lifecycle.js';
 import { cancelNotStarted, getRun, requestCancel, type RunRow } from './store.js';
 import type { RunWaiters } from './waiters.js';
 
+/** How long a cancel of a run executing on another process waits for that process to confirm. */
+export const CANCEL_CONFIRM_MS = 5_000;
+
+/** Who may cancel a run: a member the runs of its own project, an admin any run of its tenant. */
+export const mayCancel = (who: { role: string; project: string }, run: { project: string }): boolean =>
+  who.role === 'admin' || run.project === who.project;
+
 /**
  * Cancels a run wherever it is. Not started: canceled at once. Executing here: stopped, and
  * its final row awaited. Executing on another process: that process is asked (it stops the run

@@ -1,5 +1,5 @@
 import type { Database } from '@sluice/postgres/database';
-import { cancelRun } from '../runs/cancel.js';
+import { cancelRun, mayCancel } from '../runs/cancel.js';
 import type { Executor } from '../runs/executor.js';
 import { getRun } from '../runs/store.js';
 import type { RunWaiters } from '../runs/waiters.js';
@@ -21,7 +21,7 @@ export async function holdThread(
   request: {
     thread: { id: string; tenant: string };
     runId: string;
-    /** Who asks: a member may cancel runs of its own project only, an admin any run of the tenant. */
+    /** Who asks: `onBusy: 'cancel'` keeps to the cancel rule (see `mayCancel`). */
     who: { project: string; role: string };
     onBusy: OnBusy;
     waitMs: number;
@@ -40,7 +40,7 @@ export async function holdThread(
       // (a local one has ended when this returns), and the thread is tried again at once.
       askedAt = Date.now();
       const active = await getRun(db, request.thread.tenant, attempt.activeRunId);
-      if (active && request.who.role !== 'admin' && active.project !== request.who.project) {
+      if (active && !mayCancel(request.who, active)) {
         return { ok: false, forbidden: active.id };
       }
       if (active) {
