@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import swagger from '@fastify/swagger';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import { MemoryPlaces } from './cache/places.js';
 import { CallbackDispatcher, checkCallbackUrl } from './callbacks/index.js';
 import type { SluiceConfig } from './config.js';
 import { authenticate } from './http/auth.js';
@@ -18,7 +19,6 @@ import { threadRoutes } from './routes/threads.js';
 import { openAiRoutes } from './openai/routes.js';
 import { RunEvents } from './runs/events.js';
 import { Executor } from './runs/executor.js';
-import { HeldRuns } from './runs/held.js';
 import { tenantPolicy } from './runs/policy.js';
 import { getRun, toApiRun } from './runs/store.js';
 import { RunWaiters } from './runs/waiters.js';
@@ -150,7 +150,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     settings,
     executor,
     waiters,
-    heldRuns: new HeldRuns(),
+    places: new MemoryPlaces(),
     limitsFor,
     checkCallbackUrl:
       options.checkCallbackUrl ??

@@ -105,7 +105,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
       const gone = clientGone(reply);
       if (!held) {
         if (background) return toResponse(await admitQueued(ctx, who, newRun));
-        const release = takePlace(ctx, who, newRun.class);
+        const release = await takePlace(ctx, who, newRun.class);
         const { run: current } = await admitQueued(ctx, who, newRun)
           .then((run) => waitForQueued(ctx, run, gone, windowFor(request.headers, settings.syncTimeoutMs)))
           .finally(release);
@@ -198,7 +198,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
       const gone = clientGone(reply);
       let final: RunRow;
       if (flex) {
-        const release = takePlace(ctx, who, newRun.class);
+        const release = await takePlace(ctx, who, newRun.class);
         final = (
           await admitQueued(ctx, who, newRun)
             .then((run) => waitForQueued(ctx, run, gone, windowFor(request.headers, settings.syncTimeoutMs)))

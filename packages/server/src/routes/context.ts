@@ -1,7 +1,7 @@
 import type { Database } from '@sluice/postgres/database';
+import type { Places } from '../cache/places.js';
 import type { SluiceConfig } from '../config.js';
 import type { Executor } from '../runs/executor.js';
-import type { HeldRuns } from '../runs/held.js';
 import type { TenantLimits } from '../runs/policy.js';
 import type { RunWaiters } from '../runs/waiters.js';
 import type { ServerSettings } from '../settings.js';
@@ -13,8 +13,8 @@ export interface RouteContext {
   readonly settings: ServerSettings;
   readonly executor: Executor;
   readonly waiters: RunWaiters;
-  /** Held runs per user in this process (the per-user cap). */
-  readonly heldRuns: HeldRuns;
+  /** Held runs per user and WebSocket connections (the cache store's places). */
+  readonly places: Places;
   readonly limitsFor: (tenant: string) => TenantLimits;
   /** Vets a callback destination; a message says why it is refused. */
   readonly checkCallbackUrl: (

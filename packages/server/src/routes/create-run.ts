@@ -116,7 +116,7 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
           return reply.status(202).send(toApiRun(await admitQueued(ctx, who, newRun)));
         }
         // A caller that waits on a queued run is held too: it takes one of the user's places.
-        const release = takePlace(ctx, who, runClass);
+        const release = await takePlace(ctx, who, runClass);
         const { run: current, draining } = await admitQueued(ctx, who, newRun)
           .then((run) => waitForQueued(ctx, run, gone))
           .finally(release);

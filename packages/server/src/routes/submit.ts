@@ -1,5 +1,6 @@
 import type { FastifyReply } from 'fastify';
 import { HttpError, badRequest, draining, notFound, refusalError, shown } from '../http/errors.js';
+import { placeKeys } from '../cache/places.js';
 import { admitRun } from '../runs/admission.js';
 import type { RunClass } from '../runs/lifecycle.js';
 import { getRun, newRunId, type NewRun, type RunConfig, type RunRow } from '../runs/store.js';
@@ -125,9 +126,9 @@ export async function admitQueued(ctx: RouteContext, who: Principal, newRun: New
  * Takes one of the user's places for a caller held on an open connection (runs.maxConcurrentPerUser),
  * or refuses with 429 scope `user`. Returns the release.
  */
-export function takePlace(ctx: RouteContext, who: Principal, runClass: RunClass): () => void {
+export async function takePlace(ctx: RouteContext, who: Principal, runClass: RunClass): Promise<() => void> {
   const limit = ctx.settings.maxConcurrentPerUser;
-  const place = ctx.heldRuns.take(who.tenant, who.user, limit);
+  const place = await ctx.places.take(placeKeys.heldRuns(who.tenant, who.user), limit);
   if (!place.ok) {
     throw refusalError({
       kind: 'concurrency',
@@ -159,7 +160,7 @@ export async function admitHeld(
   options: { onBusy?: OnBusy; signal: AbortSignal },
 ): Promise<HeldRun> {
   const { db, settings } = ctx;
-  const release = takePlace(ctx, who, newRun.class);
+  const release = await takePlace(ctx, who, newRun.class);
   const id = newRun.id ?? newRunId();
   const threadId = newRun.threadId;
   let threadTaken = false;
