@@ -1,6 +1,6 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { connect, createServer } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
 import pg from 'pg';
@@ -31,6 +31,11 @@ declare module 'vitest' {
      * it instead of paying PGlite's initdb (seconds) in every test file.
      */
     pgliteTemplate: string;
+    /**
+     * A Redis for this run (REDIS_URL when it answers, else a redis-server started here);
+     * `undefined` when none is installed (under CI=true the suites that need it then fail).
+     */
+    redis: string | undefined;
   }
 }
 
@@ -42,6 +47,13 @@ declare module 'vitest' {
 export default async function setup(project: TestProject) {
   const template = await pgliteTemplate();
   project.provide('pgliteTemplate', template.path);
+  const redis = await ensureRedis();
+  project.provide('redis', redis?.url);
+  const removeTemplate = template.remove;
+  template.remove = () => {
+    removeTemplate();
+    redis?.stop();
+  };
   const url = (await ensurePostgres()) as string | undefined;
   if (!url) {
     if (process.env.CI)
@@ -184,6 +196,54 @@ async function answers(config: PostgresTestConfig): Promise<boolean> {
   } finally {
     await client.end().catch(() => undefined);
   }
+}
+
+/**
+ * The Redis of this run: REDIS_URL when it answers PING, else Debian's redis-server started on
+ * a free loopback port with no persistence, in a folder of its own, and stopped at the end.
+ */
+async function ensureRedis(): Promise<{ url: string; stop(): void } | undefined> {
+  if (process.env.REDIS_URL && (await redisAnswers(process.env.REDIS_URL)))
+    return { url: process.env.REDIS_URL, stop: () => undefined };
+  const binary = ['/usr/bin/redis-server'].find((p) => existsSync(p)) ?? onPath('redis-server');
+  if (!binary) {
+    console.warn(
+      `\n[sluice] redis-server is not installed: the Redis suites ${process.env.CI ? 'fail' : 'are skipped'}.\n`,
+    );
+    return undefined;
+  }
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-redis-'));
+  const port = await freePort();
+  const log = openSync(join(dir, 'redis.log'), 'a');
+  const child = spawn(
+    binary,
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
+    { stdio: ['ignore', log, log] },
+  );
+  const url = `redis://127.0.0.1:${port}`;
+  const stop = () => {
+    child.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  };
+  for (let i = 0; i < 100 && child.exitCode === null; i++) {
+    if (await redisAnswers(url)) return { url, stop };
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  stop();
+  throw new Error(`redis-server did not start on 127.0.0.1:${port}`);
+}
+
+/** Whether a Redis answers PING at `url` (host and port only: the test Redis has no password). */
+function redisAnswers(url: string): Promise<boolean> {
+  const { hostname, port } = new URL(url);
+  return new Promise((done) => {
+    const socket = connect({ host: hostname, port: Number(port || 6379) });
+    const finish = (ok: boolean) => (socket.destroy(), done(ok));
+    socket.setTimeout(2000, () => finish(false));
+    socket.once('error', () => finish(false));
+    socket.once('connect', () => socket.write('PING\r\n'));
+    socket.once('data', (chunk) => finish(chunk.toString().startsWith('+PONG')));
+  });
 }
 
 function onPath(name: string): string | undefined {

@@ -2,7 +2,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import swagger from '@fastify/swagger';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify';
-import { MemoryPlaces } from './cache/places.js';
+import { openCacheStore } from './cache/open.js';
+import type { CacheStore } from './cache/store.js';
 import { CallbackDispatcher, checkCallbackUrl } from './callbacks/index.js';
 import type { SluiceConfig } from './config.js';
 import { authenticate } from './http/auth.js';
@@ -31,6 +32,8 @@ export interface ServerApp {
   readonly upkeep: NodeUpkeep;
   readonly waiters: RunWaiters;
   readonly callbacks: CallbackDispatcher;
+  /** Places, revocations and the failed-auth limiter (memory or Redis). */
+  readonly cache: CacheStore;
   /** Starts the background work: notifications, heartbeat and sweeps, queue workers. Call after listening. */
   start(): Promise<void>;
   /**
@@ -52,6 +55,8 @@ export interface AppOptions {
   logger?: FastifyServerOptions['logger'];
   /** Vets callback destinations; default: public http(s) addresses only, unless SLUICE_CALLBACK_ALLOW_PRIVATE. */
   checkCallbackUrl?: RouteContext['checkCallbackUrl'];
+  /** The cache store; default: the one `settings.cacheStore` names, opened here and closed with the app. */
+  cache?: CacheStore;
 }
 
 /**
@@ -73,6 +78,8 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     // An idle socket is closed after this; a held call stays under it.
     connectionTimeout: Math.min(settings.syncTimeoutMs + 60_000, 2 ** 31 - 1),
     routerOptions: { maxParamLength: 500 },
+    // request.ip: the socket's address, or that many proxies back in X-Forwarded-For.
+    trustProxy: settings.trustProxyHops > 0 ? (_address: string, hop: number) => hop < settings.trustProxyHops : false,
     ajv: {
       customOptions: { removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false },
     },
@@ -122,6 +129,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     },
   });
 
+  const cache = options.cache ?? (await openCacheStore(settings, log));
   const events = new RunEvents(db, (message, error) => log('warn', message, { error: String(error) }));
   const waiters = new RunWaiters(db, events);
   const executor = new Executor(db, config, settings, waiters, events, log);
@@ -150,7 +158,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     settings,
     executor,
     waiters,
-    places: new MemoryPlaces(),
+    places: cache,
     limitsFor,
     checkCallbackUrl:
       options.checkCallbackUrl ??
@@ -164,7 +172,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   opsRoutes(fastify, { store, isDraining: () => isDraining });
   await fastify.register(
     async (api) => {
-      api.addHook('onRequest', authenticate(db));
+      api.addHook('onRequest', authenticate(db, cache));
       runRoutes(api, ctx);
       threadRoutes(api, ctx);
       openAiRoutes(api, ctx);
@@ -195,6 +203,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     await callbacks.stop();
     upkeep.stop();
     await events.stop();
+    if (!options.cache) await cache.close().catch(() => undefined);
     if (started) await leave(db, executor.node).catch(() => undefined);
     return interruptedIds;
   };
@@ -204,6 +213,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     upkeep,
     waiters,
     callbacks,
+    cache,
     async start() {
       await upkeep.start();
       started = true;

@@ -25,6 +25,10 @@ export interface SluiceConfig {
   settings?: Partial<ServerSettings>;
   /** Bounds of held runs: `timeoutMs`, `maxConcurrentPerUser`, `maxParallelToolCalls`, `threadBusyWaitMs`. */
   runs?: RunsConfig;
+  /** Where places, revocations and the failed-auth limiter live (SLUICE_CACHE_STORE overrides). @default 'memory' */
+  cacheStore?: 'memory' | 'redis';
+  /** The Redis of the `redis` cache store (REDIS_URL overrides). */
+  redisUrl?: string;
   /** Called when the server stops (close a provider stand-in, pools...). */
   close?: () => Promise<void> | void;
 }

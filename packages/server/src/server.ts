@@ -3,6 +3,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { createApp, type AppOptions, type ServerApp } from './app.js';
 import type { SluiceConfig } from './config.js';
+import { perProcessWarning, settingsOfConfig } from './cache/open.js';
 import { demoConfig } from './demo-config.js';
 import { resolveSettings } from './settings.js';
 import { openStore, type Store } from './store/store.js';
@@ -55,7 +56,7 @@ export async function loadConfig(file?: string): Promise<{ config: SluiceConfig;
  */
 export async function serve(options: ServeOptions = {}): Promise<RunningServer> {
   const config = options.config ?? (await loadConfig(options.configFile)).config;
-  const settings = resolveSettings(config.settings, process.env, config.runs);
+  const settings = resolveSettings(settingsOfConfig(config), process.env, config.runs);
   const dataDir = resolve(options.dataDir ?? '.sluice');
   const databaseUrl = options.databaseUrl ?? process.env.DATABASE_URL;
   let app: ServerApp | undefined;
@@ -81,6 +82,8 @@ export async function serve(options: ServeOptions = {}): Promise<RunningServer> 
       logger: options.logger,
       checkCallbackUrl: options.checkCallbackUrl,
     });
+    const perProcess = perProcessWarning(app.cache, Boolean(databaseUrl));
+    if (perProcess) app.fastify.log.warn(perProcess);
     const address = await app.fastify.listen({
       port: options.port ?? 8787,
       host: options.host ?? '127.0.0.1',

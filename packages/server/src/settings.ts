@@ -62,6 +62,16 @@ export interface ServerSettings {
   threadBusyWaitMs: number;
   /** SLUICE_STREAM_KEEP_ALIVE_MS: a streamed run sends a comment line when it has been quiet this long. */
   streamKeepAliveMs: number;
+  /** SLUICE_CACHE_STORE (`cacheStore`): where places, revocations and the failed-auth limiter live. */
+  cacheStore: 'memory' | 'redis';
+  /** REDIS_URL (`redisUrl`): the Redis of the `redis` cache store. */
+  redisUrl: string | null;
+  /**
+   * SLUICE_TRUST_PROXY_HOPS: how many proxies in front of the server append to X-Forwarded-For;
+   * the client address is read that many entries from its end. 0 (the default): the socket's
+   * address, and the header is ignored (a client could write any address into it).
+   */
+  trustProxyHops: number;
 }
 
 /** The `runs` block of a config: the bounds of held runs, under the names of the settings file. */
@@ -100,6 +110,9 @@ export const settingDefaults: ServerSettings = Object.freeze({
   maxParallelToolCalls: 10,
   threadBusyWaitMs: 30 * SECOND,
   streamKeepAliveMs: 15 * SECOND,
+  cacheStore: 'memory',
+  redisUrl: null,
+  trustProxyHops: 0,
 });
 
 type NumericKey = {
@@ -135,6 +148,7 @@ const numeric: Record<NumericKey, { variable: string; min: number; max: number }
   maxParallelToolCalls: { variable: 'SLUICE_MAX_PARALLEL_TOOL_CALLS', min: 1, max: 10_000 },
   threadBusyWaitMs: { variable: 'SLUICE_THREAD_BUSY_WAIT_MS', min: 0, max: MAX_TIMER_MS },
   streamKeepAliveMs: { variable: 'SLUICE_STREAM_KEEP_ALIVE_MS', min: 100, max: 10 * MINUTE },
+  trustProxyHops: { variable: 'SLUICE_TRUST_PROXY_HOPS', min: 0, max: 10 },
 };
 
 /** A setting that cannot be used, naming its variable, its range and the value given. */
@@ -212,6 +226,7 @@ export function resolveSettings(
   }
   const timeout = given('SLUICE_RUN_TIMEOUT_MS', 'runTimeoutMs');
   if (timeout !== undefined) out.runTimeoutMs = runTimeout(timeout);
+  Object.assign(out, cacheSettings(given('SLUICE_CACHE_STORE', 'cacheStore'), given('REDIS_URL', 'redisUrl')));
   if (given('AGENT_DEFERRED_CONCURRENCY', 'deferredConcurrency') === undefined) {
     out.deferredConcurrency = Math.max(1, Math.floor(out.runConcurrency / 2));
   }
@@ -221,6 +236,30 @@ export function resolveSettings(
 /** Where a setting is written in a config: `runs.*` for the bounds of held runs, else `settings.*`. */
 function configKeyOf(key: NumericKey): string {
   return Object.values(runsKeys).includes(key as never) ? `runs.${key}` : `settings.${key}`;
+}
+
+/** The cache store and its Redis: `redis` needs a redis:// or rediss:// URL. */
+function cacheSettings(store: unknown, url: unknown): Pick<ServerSettings, 'cacheStore' | 'redisUrl'> {
+  if (store !== undefined && store !== 'memory' && store !== 'redis')
+    throw new SettingsError(
+      'SLUICE_CACHE_STORE',
+      store,
+      `Expected SLUICE_CACHE_STORE (cacheStore) to be memory or redis, got \`${String(store)}\``,
+    );
+  if (url !== undefined && url !== null && (typeof url !== 'string' || !/^rediss?:\/\/\S+$/.test(url)))
+    throw new SettingsError(
+      'REDIS_URL',
+      '(hidden)',
+      'Expected REDIS_URL (redisUrl) to be a redis:// or rediss:// URL, got another value (not shown: it may hold a password)',
+    );
+  const redisUrl = typeof url === 'string' ? url : null;
+  if (store === 'redis' && redisUrl === null)
+    throw new SettingsError(
+      'REDIS_URL',
+      undefined,
+      'SLUICE_CACHE_STORE (cacheStore) is redis, so REDIS_URL (redisUrl) must name the Redis, e.g. redis://127.0.0.1:6379',
+    );
+  return { cacheStore: store ?? 'memory', redisUrl };
 }
 
 /** `none`, null or 0: no run timeout; otherwise a whole number of milliseconds a timer can hold. */

@@ -1,5 +1,6 @@
 import type { FastifyRequest } from 'fastify';
 import type { Database } from '@sluice/postgres/database';
+import type { CacheStore } from '../cache/store.js';
 import { findToken, type Principal, type Role } from '../store/tokens.js';
 import { HttpError, forbidden } from './errors.js';
 
@@ -18,13 +19,45 @@ export function bearerOf(header: string | undefined): string | undefined {
   return match?.[1];
 }
 
-/** An `onRequest` hook: the token's principal on the request, or 401 before the body is read. */
-export function authenticate(db: Database) {
+/** Failed authentications one client address may have in a window before it gets 429. */
+export const failedAuthLimit = { failures: 20, windowMs: 60_000 } as const;
+
+/** The cache store's key of an address's failed authentications. */
+export const failedAuthKey = (address: string) => `authfail:${address}`;
+
+const tooManyFailures = (leftMs: number) => {
+  const seconds = Math.max(1, Math.ceil(leftMs / 1000));
+  return new HttpError(
+    429,
+    'too_many_failed_authentications',
+    `More than ${failedAuthLimit.failures} failed authentications in a minute from this address; retry in ${seconds} s`,
+    { limit: failedAuthLimit.failures, window_seconds: failedAuthLimit.windowMs / 1000 },
+    { 'retry-after': String(seconds) },
+  );
+};
+
+/**
+ * An `onRequest` hook: the token's principal on the request, or 401 before the body is read.
+ * The token is looked up in the database on every request, so a revocation holds on every
+ * server process from the next request on; there is no principal cache to invalidate.
+ *
+ * Failures are counted per client address (`request.ip`: the socket's, or the proxy's view
+ * when SLUICE_TRUST_PROXY_HOPS is set) in the cache store. An address past the limit gets 429
+ * before its token is looked at, so guessing goes no faster with a right guess among the wrong.
+ */
+export function authenticate(db: Database, cache: CacheStore) {
+  const fail = async (request: FastifyRequest, message: string) => {
+    const after = await cache.hit(failedAuthKey(request.ip), failedAuthLimit.windowMs);
+    if (after.count > failedAuthLimit.failures) return tooManyFailures(after.leftMs);
+    return unauthenticated(message);
+  };
   return async (request: FastifyRequest) => {
+    const seen = await cache.count(failedAuthKey(request.ip));
+    if (seen.count >= failedAuthLimit.failures) throw tooManyFailures(seen.leftMs);
     const secret = bearerOf(request.headers.authorization);
-    if (!secret) throw unauthenticated('Send an API token: Authorization: Bearer <token>');
+    if (!secret) throw await fail(request, 'Send an API token: Authorization: Bearer <token>');
     const principal = await findToken(db, secret);
-    if (!principal) throw unauthenticated('Unknown or revoked API token');
+    if (!principal) throw await fail(request, 'Unknown or revoked API token');
     request.principal = principal;
   };
 }

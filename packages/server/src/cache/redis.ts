@@ -1,0 +1,205 @@
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
+import type { PlaceTaken } from './places.js';
+import type { CacheStore, WindowCount } from './store.js';
+
+/**
+ * Each place is a member of a sorted set scored by the expiry of its lease, in Redis time (one
+ * clock for every server process). Expired members are dropped before counting, so a process
+ * that died without releasing its places gives them back when their leases run out. The set
+ * itself expires with its newest lease, so an abandoned key leaves nothing behind.
+ */
+const TAKE = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local held = redis.call('ZCARD', KEYS[1])
+local limit = tonumber(ARGV[1])
+if limit > 0 and held >= limit then return {0, held} end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, held + 1}`;
+
+const HELD = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')`;
+
+/** Renews the leases still there (XX: a lease that already ran out is not brought back). */
+const RENEW = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local renewed = 0
+for i = 2, #ARGV do
+  renewed = renewed + redis.call('ZADD', KEYS[1], 'XX', 'CH', now + tonumber(ARGV[1]), ARGV[i])
+end
+if renewed > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return renewed`;
+
+const HIT = `
+local n = redis.call('INCR', KEYS[1])
+local left = redis.call('PTTL', KEYS[1])
+if n == 1 or left < 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  left = tonumber(ARGV[1])
+end
+return {n, left}`;
+
+type Commands = {
+  sluiceTake(key: string, limit: number, leaseMs: number, member: string): Promise<[number, number]>;
+  sluiceHeld(key: string): Promise<number>;
+  sluiceRenew(key: string, leaseMs: number, ...members: string[]): Promise<number>;
+  sluiceHit(key: string, windowMs: number): Promise<[number, number]>;
+};
+
+export interface RedisCacheStoreOptions {
+  url: string;
+  /**
+   * How long a place outlives its last renewal; renewed every quarter of it while held.
+   * @default 60_000
+   */
+  leaseMs?: number;
+  /** @default 'sluice:' */
+  prefix?: string;
+  /** Connection trouble, reported at most once per outage. */
+  warn?: (message: string, fields: object) => void;
+}
+
+/** The cache store in Redis: every count and revocation is shared by all server processes. */
+export class RedisCacheStore implements CacheStore {
+  readonly kind = 'redis';
+  readonly leaseMs: number;
+  readonly #redis: Redis & Commands;
+  /** The places this process holds, by key: renewed until released. */
+  readonly #held = new Map<string, Set<string>>();
+  #renewal: ReturnType<typeof setInterval> | undefined;
+  #renewing = false;
+
+  private constructor(redis: Redis, leaseMs: number) {
+    this.#redis = redis as Redis & Commands;
+    this.leaseMs = leaseMs;
+    redis.defineCommand('sluiceTake', { numberOfKeys: 1, lua: TAKE });
+    redis.defineCommand('sluiceHeld', { numberOfKeys: 1, lua: HELD });
+    redis.defineCommand('sluiceRenew', { numberOfKeys: 1, lua: RENEW });
+    redis.defineCommand('sluiceHit', { numberOfKeys: 1, lua: HIT });
+  }
+
+  /** Connects and checks that Redis answers; throws naming the URL's host when it does not. */
+  static async open(options: RedisCacheStoreOptions): Promise<RedisCacheStore> {
+    const leaseMs = options.leaseMs ?? 60_000;
+    if (!Number.isSafeInteger(leaseMs) || leaseMs < 100)
+      throw new RangeError(`Expected \`leaseMs\` to be a whole number of at least 100, got \`${leaseMs}\``);
+    const redis = new Redis(options.url, {
+      keyPrefix: options.prefix ?? 'sluice:',
+      lazyConnect: true,
+      // A request waits for a reconnect once at most, then fails instead of hanging.
+      maxRetriesPerRequest: 1,
+      connectTimeout: 5_000,
+    });
+    let down = false;
+    redis.on('error', (error: Error) => {
+      if (down) return;
+      down = true;
+      options.warn?.('redis cache store unreachable', { error: error.message });
+    });
+    redis.on('ready', () => (down = false));
+    try {
+      await redis.connect();
+      await redis.ping();
+    } catch (error) {
+      redis.disconnect();
+      const where = safeUrl(options.url);
+      throw new Error(`The Redis cache store at ${where} (REDIS_URL) does not answer: ${String(error)}`, {
+        cause: error,
+      });
+    }
+    const store = new RedisCacheStore(redis, leaseMs);
+    store.#renewal = setInterval(() => void store.renewNow(), Math.max(25, Math.floor(leaseMs / 4)));
+    store.#renewal.unref();
+    return store;
+  }
+
+  async take(key: string, limit: number): Promise<PlaceTaken> {
+    const member = randomBytes(9).toString('base64url');
+    const [ok, held] = await this.#redis.sluiceTake(`place:${key}`, limit, this.leaseMs, member);
+    if (ok !== 1) return { ok: false, held };
+    let members = this.#held.get(key);
+    if (!members) this.#held.set(key, (members = new Set()));
+    members.add(member);
+    let released = false;
+    return {
+      ok: true,
+      release: () => {
+        if (released) return;
+        released = true;
+        const mine = this.#held.get(key);
+        mine?.delete(member);
+        if (mine?.size === 0) this.#held.delete(key);
+        // Not awaited by the caller; should it fail, the lease runs out instead.
+        this.#redis.zrem(`place:${key}`, member).catch(() => undefined);
+      },
+    };
+  }
+
+  async held(key: string): Promise<number> {
+    return this.#redis.sluiceHeld(`place:${key}`);
+  }
+
+  /** Renews the leases of every place this process holds (also done on a timer). */
+  async renewNow(): Promise<void> {
+    if (this.#renewing) return;
+    this.#renewing = true;
+    try {
+      await Promise.all(
+        [...this.#held].map(([key, members]) =>
+          this.#redis.sluiceRenew(`place:${key}`, this.leaseMs, ...members).catch(() => 0),
+        ),
+      );
+    } finally {
+      this.#renewing = false;
+    }
+  }
+
+  async hit(key: string, windowMs: number): Promise<WindowCount> {
+    const [count, leftMs] = await this.#redis.sluiceHit(`hit:${key}`, windowMs);
+    return { count, leftMs };
+  }
+
+  async count(key: string): Promise<WindowCount> {
+    const [[, count], [, left]] = (await this.#redis
+      .multi()
+      .get(`hit:${key}`)
+      .pttl(`hit:${key}`)
+      .exec()) as [[unknown, string | null], [unknown, number]];
+    return count === null ? { count: 0, leftMs: 0 } : { count: Number(count), leftMs: Math.max(0, left) };
+  }
+
+  async revoke(tokenId: string): Promise<void> {
+    await this.#redis.set(`revoked:${tokenId}`, '1');
+  }
+
+  async isRevoked(tokenId: string): Promise<boolean> {
+    return (await this.#redis.exists(`revoked:${tokenId}`)) === 1;
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.#renewal);
+    const held = [...this.#held];
+    this.#held.clear();
+    await Promise.all(
+      held.map(([key, members]) => this.#redis.zrem(`place:${key}`, ...members).catch(() => 0)),
+    );
+    await this.#redis.quit().catch(() => this.#redis.disconnect());
+  }
+}
+
+/** The URL without its password, for messages. */
+function safeUrl(raw: string): string {
+  try {
+    const url = new URL(raw);
+    if (url.password) url.password = '***';
+    return url.toString();
+  } catch {
+    return '(an unparsable URL)';
+  }
+}
