@@ -1,0 +1,178 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { createAgent } from 'sluice';
+import { defineConfig, serve, SettingsError, resolveSettings } from '@sluice/server';
+import { MemoryCacheStore } from '../../src/cache/memory.js';
+import { perProcessWarning } from '../../src/cache/open.js';
+import { placeKeys } from '../../src/cache/places.js';
+import { RedisCacheStore } from '../../src/cache/redis.js';
+import { afterThisTest, freshDatabase, postgres } from '../helpers.js';
+import { rawClient, redisDatabase, withRedis } from './redis.js';
+
+async function openStore(url: string, leaseMs = 60_000) {
+  const store = await RedisCacheStore.open({ url, leaseMs });
+  afterThisTest(() => store.close());
+  return store;
+}
+
+/** Redis's clock in ms, the one the leases are scored in. */
+async function redisNow(client: Awaited<ReturnType<typeof rawClient>>): Promise<number> {
+  const [s, us] = await client.time();
+  return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+}
+
+describe.runIf(withRedis)('the Redis cache store against a real redis-server', () => {
+  it('two stores (two server processes) share one cap: of 40 takes at once, exactly the limit succeed', async () => {
+    const url = await redisDatabase(1);
+    const [a, b] = [await openStore(url), await openStore(url)];
+    const key = placeKeys.heldRuns('t', 'u');
+    const taken = await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).take(key, 7)));
+    const won = taken.filter((t) => t.ok);
+    expect(won).toHaveLength(7);
+    for (const refused of taken.filter((t) => !t.ok)) expect(refused).toEqual({ ok: false, held: 7 });
+    expect(await a.held(key)).toBe(7);
+    expect(await b.held(key)).toBe(7);
+    const first = won[0]!;
+    if (!first.ok) throw new Error('unreachable');
+    first.release();
+    first.release();
+    // Release is not awaited by its callers; the count drops once Redis has it.
+    await a.renewNow();
+    expect(await b.held(key)).toBe(6);
+    // 0: no cap.
+    expect((await a.take(key, 0)).ok).toBe(true);
+  });
+
+  it("a crashed process's place stops counting when its lease runs out; a live one counts; renewal never brings back a released place", async () => {
+    const url = await redisDatabase(2);
+    const client = await rawClient(url);
+    const store = await openStore(url, 5_000);
+    const key = placeKeys.wsUser('t', 'u');
+    const now = await redisNow(client);
+    // What a killed process leaves behind: one lease already out, one still running.
+    await client.zadd(`sluice:place:${key}`, now - 1, 'dead', now + 60_000, 'alive');
+    expect(await store.held(key)).toBe(1);
+    const mine = await store.take(key, 2);
+    expect(mine.ok).toBe(true);
+    expect(await store.take(key, 2)).toEqual({ ok: false, held: 2 });
+    expect(await client.zscore(`sluice:place:${key}`, 'dead')).toBeNull();
+    // The set expires with its newest lease: an abandoned key does not stay forever.
+    const ttl = await client.pttl(`sluice:place:${key}`);
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(5_000);
+
+    const members = await client.zrange(`sluice:place:${key}`, 0, -1, 'WITHSCORES');
+    const myMember = members.filter((_, i) => i % 2 === 0).find((m) => m !== 'alive')!;
+    const before = Number(await client.zscore(`sluice:place:${key}`, myMember));
+    const start = await redisNow(client);
+    while ((await redisNow(client)) < start + 5) await client.ping();
+    await store.renewNow();
+    const after = Number(await client.zscore(`sluice:place:${key}`, myMember));
+    expect(after).toBeGreaterThan(before);
+    if (!mine.ok) throw new Error('unreachable');
+    mine.release();
+    await store.renewNow();
+    expect(await client.zscore(`sluice:place:${key}`, myMember)).toBeNull();
+    expect(await store.held(key)).toBe(1);
+  });
+
+  it('closing a store gives back the places its process held', async () => {
+    const url = await redisDatabase(3);
+    const other = await openStore(url);
+    const store = await RedisCacheStore.open({ url });
+    const key = placeKeys.heldRuns('t', 'v');
+    for (let i = 0; i < 3; i++) expect((await store.take(key, 5)).ok).toBe(true);
+    expect(await other.held(key)).toBe(3);
+    await store.close();
+    expect(await other.held(key)).toBe(0);
+  });
+
+  it('failed-auth counts in a shared window, and revocations seen by every process', async () => {
+    const url = await redisDatabase(4);
+    const [a, b] = [await openStore(url), await openStore(url)];
+    for (let i = 1; i <= 3; i++) expect((await (i % 2 ? a : b).hit('authfail:198.51.100.7', 60_000)).count).toBe(i);
+    const seen = await b.count('authfail:198.51.100.7');
+    expect(seen.count).toBe(3);
+    expect(seen.leftMs).toBeGreaterThan(0);
+    expect(seen.leftMs).toBeLessThanOrEqual(60_000);
+    expect(await a.count('authfail:198.51.100.8')).toEqual({ count: 0, leftMs: 0 });
+    expect(await b.isRevoked('tok_1')).toBe(false);
+    await a.revoke('tok_1');
+    expect(await b.isRevoked('tok_1')).toBe(true);
+    // A revocation has no expiry.
+    const client = await rawClient(url);
+    expect(await client.pttl('sluice:revoked:tok_1')).toBe(-1);
+  });
+
+  it('a Redis that does not answer fails the start, naming REDIS_URL and hiding the password', async () => {
+    await expect(RedisCacheStore.open({ url: 'redis://:hunter2@127.0.0.1:9/0' })).rejects.toThrow(
+      /The Redis cache store at redis:\/\/:\*\*\*@127\.0\.0\.1:9\/0 \(REDIS_URL\) does not answer/,
+    );
+  });
+});
+
+describe('cache store settings', () => {
+  it('SLUICE_CACHE_STORE and REDIS_URL override the config; a bad value names the variable', () => {
+    expect(resolveSettings({}, {})).toMatchObject({ cacheStore: 'memory', redisUrl: null, trustProxyHops: 0 });
+    expect(
+      resolveSettings({ cacheStore: 'memory' }, { SLUICE_CACHE_STORE: 'redis', REDIS_URL: 'redis://r:6379' }),
+    ).toMatchObject({ cacheStore: 'redis', redisUrl: 'redis://r:6379' });
+    expect(() => resolveSettings({}, { SLUICE_CACHE_STORE: 'memcached' })).toThrow(
+      /SLUICE_CACHE_STORE \(cacheStore\) to be memory or redis, got `memcached`/,
+    );
+    expect(() => resolveSettings({}, { SLUICE_CACHE_STORE: 'redis' })).toThrow(SettingsError);
+    expect(() => resolveSettings({}, { SLUICE_CACHE_STORE: 'redis' })).toThrow(/REDIS_URL \(redisUrl\) must name/);
+    expect(() => resolveSettings({}, { REDIS_URL: 'http://secret@x' })).toThrow(/not shown/);
+    expect(() => resolveSettings({}, { SLUICE_TRUST_PROXY_HOPS: '11' })).toThrow(
+      /SLUICE_TRUST_PROXY_HOPS .* from 0 to 10, got `11`/,
+    );
+  });
+});
+
+/** A server's warn lines while it starts, then closed. */
+async function startWarnings(options: { databaseUrl: string; cacheStore: 'memory' | 'redis'; redisUrl?: string }) {
+  const lines: string[] = [];
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-cache-test-'));
+  const server = await serve({
+    config: defineConfig({
+      agents: {
+        echo: createAgent({
+          model: { api: 'openai-completions', provider: 'stand-in', id: 'm', baseUrl: 'http://127.0.0.1:9/v1' },
+          credentials: { apiKey: 'k' },
+        }),
+      },
+      cacheStore: options.cacheStore,
+      redisUrl: options.redisUrl,
+    }),
+    port: 0,
+    dataDir: dir,
+    databaseUrl: options.databaseUrl,
+    logger: { level: 'warn', stream: { write: (line: string) => void lines.push(line) } },
+  });
+  await server.close();
+  rmSync(dir, { recursive: true, force: true });
+  return lines.map((line) => JSON.parse(line) as { level: number; msg: string });
+}
+
+describe('the warning at start', () => {
+  it.runIf(postgres && withRedis)(
+    'a server on PostgreSQL says its counts are per process with the memory store, and nothing of the kind with Redis',
+    async () => {
+      const databaseUrl = await freshDatabase();
+      const memory = await startWarnings({ databaseUrl, cacheStore: 'memory' });
+      const warning = memory.filter((l) => l.msg.includes('per process'));
+      expect(warning).toHaveLength(1);
+      expect(warning[0]!.level).toBe(40);
+      expect(warning[0]!.msg).toMatch(/per-user cap.*WebSocket connection caps.*failed-authentication limiter/);
+      const shared = await startWarnings({ databaseUrl, cacheStore: 'redis', redisUrl: await redisDatabase(5) });
+      expect(shared.filter((l) => /per process|cache store/.test(l.msg))).toEqual([]);
+    },
+  );
+
+  it("embedded PGlite is one process's database anyway: no warning there", () => {
+    expect(perProcessWarning(new MemoryCacheStore(), false)).toBeUndefined();
+    expect(perProcessWarning(new MemoryCacheStore(), true)).toContain('per process');
+  });
+});
