@@ -3,6 +3,7 @@ import { parseArgs } from 'node:util';
 import type { SluiceConfig } from './config.js';
 import { loadConfig, serve, type RunningServer } from './server.js';
 import { tenantSigningSecret } from './callbacks/index.js';
+import { RedisCacheStore } from './cache/redis.js';
 import { openStore } from './store/store.js';
 import { countTokens, createToken, listTokens, revokeToken, type Role } from './store/tokens.js';
 
@@ -156,6 +157,17 @@ async function tokensCommand(sub: string | undefined, args: string[]): Promise<v
     try {
       if (!(await revokeToken(store.db, id))) throw new Error(`No live token ${id}`);
       console.log(`Revoked ${id}: it is refused from its next request on.`);
+      // Every request reads the token from the database, so the row above is what refuses it.
+      // The Redis store also gets the revocation, for holders of connections authenticated
+      // once (WebSockets) in every process.
+      if (process.env.SLUICE_CACHE_STORE === 'redis' && process.env.REDIS_URL) {
+        const cache = await RedisCacheStore.open({ url: process.env.REDIS_URL });
+        try {
+          await cache.revoke(id);
+        } finally {
+          await cache.close();
+        }
+      }
     } finally {
       await store.close();
     }
