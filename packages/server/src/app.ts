@@ -79,7 +79,8 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     connectionTimeout: Math.min(settings.syncTimeoutMs + 60_000, 2 ** 31 - 1),
     routerOptions: { maxParamLength: 500 },
     // request.ip: the socket's address, or that many proxies back in X-Forwarded-For.
-    trustProxy: settings.trustProxyHops > 0 ? (_address: string, hop: number) => hop < settings.trustProxyHops : false,
+    trustProxy:
+      settings.trustProxyHops > 0 ? (_address: string, hop: number) => hop < settings.trustProxyHops : false,
     ajv: {
       customOptions: { removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false },
     },

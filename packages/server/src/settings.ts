@@ -226,7 +226,10 @@ export function resolveSettings(
   }
   const timeout = given('SLUICE_RUN_TIMEOUT_MS', 'runTimeoutMs');
   if (timeout !== undefined) out.runTimeoutMs = runTimeout(timeout);
-  Object.assign(out, cacheSettings(given('SLUICE_CACHE_STORE', 'cacheStore'), given('REDIS_URL', 'redisUrl')));
+  Object.assign(
+    out,
+    cacheSettings(given('SLUICE_CACHE_STORE', 'cacheStore'), given('REDIS_URL', 'redisUrl')),
+  );
   if (given('AGENT_DEFERRED_CONCURRENCY', 'deferredConcurrency') === undefined) {
     out.deferredConcurrency = Math.max(1, Math.floor(out.runConcurrency / 2));
   }

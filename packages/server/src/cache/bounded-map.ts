@@ -41,7 +41,9 @@ export class BoundedMap {
   constructor(options: BoundedMapOptions = {}) {
     this.maxKeys = options.maxKeys ?? 50_000;
     if (!Number.isSafeInteger(this.maxKeys) || this.maxKeys < 1)
-      throw new RangeError(`Expected \`maxKeys\` to be a whole number of at least 1, got \`${this.maxKeys}\``);
+      throw new RangeError(
+        `Expected \`maxKeys\` to be a whole number of at least 1, got \`${this.maxKeys}\``,
+      );
     this.#now = options.now ?? Date.now;
     this.#warn = options.warn ?? (() => undefined);
     this.#warnEveryMs = options.warnEveryMs ?? 60_000;
@@ -174,7 +176,8 @@ export class BoundedMap {
   #rebuildExpiries(): void {
     const items: { at: number; key: string; entry: Entry }[] = [];
     for (const map of [this.#open, this.#kept])
-      for (const [key, entry] of map) if (entry.expiresAt !== Infinity) items.push({ at: entry.expiresAt, key, entry });
+      for (const [key, entry] of map)
+        if (entry.expiresAt !== Infinity) items.push({ at: entry.expiresAt, key, entry });
     items.sort((a, b) => a.at - b.at);
     this.#expiries = items;
   }

@@ -56,7 +56,9 @@ export class MemoryCacheStore implements CacheStore {
 
   async revoke(tokenId: string): Promise<void> {
     if (!this.map.set(`revoked:${tokenId}`, 1, { kept: true }))
-      throw new Error(`The memory cache store is full of places and revocations; ${tokenId} was not recorded`);
+      throw new Error(
+        `The memory cache store is full of places and revocations; ${tokenId} was not recorded`,
+      );
   }
 
   async isRevoked(tokenId: string): Promise<boolean> {

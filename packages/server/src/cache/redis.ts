@@ -166,11 +166,10 @@ export class RedisCacheStore implements CacheStore {
   }
 
   async count(key: string): Promise<WindowCount> {
-    const [[, count], [, left]] = (await this.#redis
-      .multi()
-      .get(`hit:${key}`)
-      .pttl(`hit:${key}`)
-      .exec()) as [[unknown, string | null], [unknown, number]];
+    const [[, count], [, left]] = (await this.#redis.multi().get(`hit:${key}`).pttl(`hit:${key}`).exec()) as [
+      [unknown, string | null],
+      [unknown, number],
+    ];
     return count === null ? { count: 0, leftMs: 0 } : { count: Number(count), leftMs: Math.max(0, left) };
   }
 

@@ -2,7 +2,14 @@ import { rmSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAgent } from 'sluice';
-import { createApp, createToken, defineConfig, resolveSettings, serve, type RunningServer } from '@sluice/server';
+import {
+  createApp,
+  createToken,
+  defineConfig,
+  resolveSettings,
+  serve,
+  type RunningServer,
+} from '@sluice/server';
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
 import { MemoryCacheStore } from '../../src/cache/memory.js';
 import { failedAuthKey, failedAuthLimit } from '../../src/http/auth.js';
@@ -29,7 +36,8 @@ beforeAll(async () => {
     runs: { maxConcurrentPerUser: 1 },
   });
   server = await serve({ config, port: 0, dataDir: dir, databaseUrl: '', logger: false });
-  admin = (await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' })).secret;
+  admin = (await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' }))
+    .secret;
   const proxied = await createApp({
     store: server.store,
     config,
@@ -120,7 +128,11 @@ describe('the failed-authentication limiter', () => {
     const member = (
       await createToken(server.store.db, { tenant: 't', project: 'p', user: 'flooded', role: 'member' })
     ).secret;
-    const held = from(t, '192.0.2.50', { token: member, path: '/agents/echo/runs', body: { input: 'stall' } });
+    const held = from(t, '192.0.2.50', {
+      token: member,
+      path: '/agents/echo/runs',
+      body: { input: 'stall' },
+    });
     // Answered (503) only when the server closes after the test.
     held.catch(() => undefined);
     await until(() => provider.requests.length === 1, 'the held run reaching the model');
@@ -137,7 +149,11 @@ describe('the failed-authentication limiter', () => {
     expect((await cache.count(failedAuthKey('172.16.0.0'))).count).toBe(0);
 
     // The user's one place is still held: a second held run is over the per-user cap.
-    const over = await from(t, '192.0.2.51', { token: member, path: '/agents/echo/runs', body: { input: 'again' } });
+    const over = await from(t, '192.0.2.51', {
+      token: member,
+      path: '/agents/echo/runs',
+      body: { input: 'again' },
+    });
     expect(over.status).toBe(429);
     expect(over.body.error).toMatchObject({ type: 'agent_run_concurrency_limit', scope: 'user' });
     expect(await cache.isRevoked('tok_revoked_before_the_flood')).toBe(true);

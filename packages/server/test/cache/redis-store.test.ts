@@ -92,7 +92,8 @@ describe.runIf(withRedis)('the Redis cache store against a real redis-server', (
   it('failed-auth counts in a shared window, and revocations seen by every process', async () => {
     const url = await redisDatabase(4);
     const [a, b] = [await openStore(url), await openStore(url)];
-    for (let i = 1; i <= 3; i++) expect((await (i % 2 ? a : b).hit('authfail:198.51.100.7', 60_000)).count).toBe(i);
+    for (let i = 1; i <= 3; i++)
+      expect((await (i % 2 ? a : b).hit('authfail:198.51.100.7', 60_000)).count).toBe(i);
     const seen = await b.count('authfail:198.51.100.7');
     expect(seen.count).toBe(3);
     expect(seen.leftMs).toBeGreaterThan(0);
@@ -115,7 +116,11 @@ describe.runIf(withRedis)('the Redis cache store against a real redis-server', (
 
 describe('cache store settings', () => {
   it('SLUICE_CACHE_STORE and REDIS_URL override the config; a bad value names the variable', () => {
-    expect(resolveSettings({}, {})).toMatchObject({ cacheStore: 'memory', redisUrl: null, trustProxyHops: 0 });
+    expect(resolveSettings({}, {})).toMatchObject({
+      cacheStore: 'memory',
+      redisUrl: null,
+      trustProxyHops: 0,
+    });
     expect(
       resolveSettings({ cacheStore: 'memory' }, { SLUICE_CACHE_STORE: 'redis', REDIS_URL: 'redis://r:6379' }),
     ).toMatchObject({ cacheStore: 'redis', redisUrl: 'redis://r:6379' });
@@ -123,7 +128,9 @@ describe('cache store settings', () => {
       /SLUICE_CACHE_STORE \(cacheStore\) to be memory or redis, got `memcached`/,
     );
     expect(() => resolveSettings({}, { SLUICE_CACHE_STORE: 'redis' })).toThrow(SettingsError);
-    expect(() => resolveSettings({}, { SLUICE_CACHE_STORE: 'redis' })).toThrow(/REDIS_URL \(redisUrl\) must name/);
+    expect(() => resolveSettings({}, { SLUICE_CACHE_STORE: 'redis' })).toThrow(
+      /REDIS_URL \(redisUrl\) must name/,
+    );
     expect(() => resolveSettings({}, { REDIS_URL: 'http://secret@x' })).toThrow(/not shown/);
     expect(() => resolveSettings({}, { SLUICE_TRUST_PROXY_HOPS: '11' })).toThrow(
       /SLUICE_TRUST_PROXY_HOPS .* from 0 to 10, got `11`/,
@@ -132,14 +139,23 @@ describe('cache store settings', () => {
 });
 
 /** A server's warn lines while it starts, then closed. */
-async function startWarnings(options: { databaseUrl: string; cacheStore: 'memory' | 'redis'; redisUrl?: string }) {
+async function startWarnings(options: {
+  databaseUrl: string;
+  cacheStore: 'memory' | 'redis';
+  redisUrl?: string;
+}) {
   const lines: string[] = [];
   const dir = mkdtempSync(join(tmpdir(), 'sluice-cache-test-'));
   const server = await serve({
     config: defineConfig({
       agents: {
         echo: createAgent({
-          model: { api: 'openai-completions', provider: 'stand-in', id: 'm', baseUrl: 'http://127.0.0.1:9/v1' },
+          model: {
+            api: 'openai-completions',
+            provider: 'stand-in',
+            id: 'm',
+            baseUrl: 'http://127.0.0.1:9/v1',
+          },
           credentials: { apiKey: 'k' },
         }),
       },
@@ -165,8 +181,14 @@ describe('the warning at start', () => {
       const warning = memory.filter((l) => l.msg.includes('per process'));
       expect(warning).toHaveLength(1);
       expect(warning[0]!.level).toBe(40);
-      expect(warning[0]!.msg).toMatch(/per-user cap.*WebSocket connection caps.*failed-authentication limiter/);
-      const shared = await startWarnings({ databaseUrl, cacheStore: 'redis', redisUrl: await redisDatabase(5) });
+      expect(warning[0]!.msg).toMatch(
+        /per-user cap.*WebSocket connection caps.*failed-authentication limiter/,
+      );
+      const shared = await startWarnings({
+        databaseUrl,
+        cacheStore: 'redis',
+        redisUrl: await redisDatabase(5),
+      });
       expect(shared.filter((l) => /per process|cache store/.test(l.msg))).toEqual([]);
     },
   );

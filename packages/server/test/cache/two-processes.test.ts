@@ -89,7 +89,8 @@ describe.runIf(postgres && withRedis)('two server processes on one PostgreSQL an
     expect(placeKeys.length).toBeGreaterThan(0);
     for (const key of placeKeys) {
       const scores = await redis.zrange(key, 0, -1, 'WITHSCORES');
-      for (let i = 1; i < scores.length; i += 2) expect(Number(scores[i]) - redisNow).toBeLessThanOrEqual(LEASE_MS);
+      for (let i = 1; i < scores.length; i += 2)
+        expect(Number(scores[i]) - redisNow).toBeLessThanOrEqual(LEASE_MS);
     }
 
     // B gets the thread once the lease ran out (or A's run was declared lost), and the user's
