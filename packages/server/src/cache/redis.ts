@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
+import { HttpError } from '../http/errors.js';
 import type { PlaceTaken } from './places.js';
 import type { CacheStore, WindowCount } from './store.js';
 
@@ -45,7 +46,15 @@ if n == 1 or left < 0 then
 end
 return {n, left}`;
 
+const COUNT = `
+local n = redis.call('GET', KEYS[1])
+if not n then return {0, 0} end
+local left = redis.call('PTTL', KEYS[1])
+if left < 0 then left = 0 end
+return {tonumber(n), left}`;
+
 type Commands = {
+  sluiceCount(key: string): Promise<[number, number]>;
   sluiceTake(key: string, limit: number, leaseMs: number, member: string): Promise<[number, number]>;
   sluiceHeld(key: string): Promise<number>;
   sluiceRenew(key: string, leaseMs: number, ...members: string[]): Promise<number>;
@@ -82,6 +91,7 @@ export class RedisCacheStore implements CacheStore {
     redis.defineCommand('sluiceHeld', { numberOfKeys: 1, lua: HELD });
     redis.defineCommand('sluiceRenew', { numberOfKeys: 1, lua: RENEW });
     redis.defineCommand('sluiceHit', { numberOfKeys: 1, lua: HIT });
+    redis.defineCommand('sluiceCount', { numberOfKeys: 1, lua: COUNT });
   }
 
   /** Connects and checks that Redis answers; throws naming the URL's host when it does not. */
@@ -121,7 +131,9 @@ export class RedisCacheStore implements CacheStore {
 
   async take(key: string, limit: number): Promise<PlaceTaken> {
     const member = randomBytes(9).toString('base64url');
-    const [ok, held] = await this.#redis.sluiceTake(`place:${key}`, limit, this.leaseMs, member);
+    const [ok, held] = await unavailableAs503(
+      this.#redis.sluiceTake(`place:${key}`, limit, this.leaseMs, member),
+    );
     if (ok !== 1) return { ok: false, held };
     let members = this.#held.get(key);
     if (!members) this.#held.set(key, (members = new Set()));
@@ -142,7 +154,7 @@ export class RedisCacheStore implements CacheStore {
   }
 
   async held(key: string): Promise<number> {
-    return this.#redis.sluiceHeld(`place:${key}`);
+    return unavailableAs503(this.#redis.sluiceHeld(`place:${key}`));
   }
 
   /** Renews the leases of every place this process holds (also done on a timer). */
@@ -161,16 +173,13 @@ export class RedisCacheStore implements CacheStore {
   }
 
   async hit(key: string, windowMs: number): Promise<WindowCount> {
-    const [count, leftMs] = await this.#redis.sluiceHit(`hit:${key}`, windowMs);
+    const [count, leftMs] = await unavailableAs503(this.#redis.sluiceHit(`hit:${key}`, windowMs));
     return { count, leftMs };
   }
 
   async count(key: string): Promise<WindowCount> {
-    const [[, count], [, left]] = (await this.#redis.multi().get(`hit:${key}`).pttl(`hit:${key}`).exec()) as [
-      [unknown, string | null],
-      [unknown, number],
-    ];
-    return count === null ? { count: 0, leftMs: 0 } : { count: Number(count), leftMs: Math.max(0, left) };
+    const [count, leftMs] = await unavailableAs503(this.#redis.sluiceCount(`hit:${key}`));
+    return { count, leftMs };
   }
 
   async revoke(tokenId: string): Promise<void> {
@@ -178,7 +187,7 @@ export class RedisCacheStore implements CacheStore {
   }
 
   async isRevoked(tokenId: string): Promise<boolean> {
-    return (await this.#redis.exists(`revoked:${tokenId}`)) === 1;
+    return (await unavailableAs503(this.#redis.exists(`revoked:${tokenId}`))) === 1;
   }
 
   async close(): Promise<void> {
@@ -189,6 +198,24 @@ export class RedisCacheStore implements CacheStore {
       held.map(([key, members]) => this.#redis.zrem(`place:${key}`, ...members).catch(() => 0)),
     );
     await this.#redis.quit().catch(() => this.#redis.disconnect());
+  }
+}
+
+/**
+ * A request that needs Redis while it is away gets 503 with Retry-After, as one that needs the
+ * database does: the caps cannot be checked, so nothing is admitted unchecked.
+ */
+async function unavailableAs503<T>(pending: Promise<T>): Promise<T> {
+  try {
+    return await pending;
+  } catch {
+    throw new HttpError(
+      503,
+      'cache_unavailable',
+      'The server cannot reach its cache store (Redis); try again shortly',
+      {},
+      { 'retry-after': '5' },
+    );
   }
 }
 

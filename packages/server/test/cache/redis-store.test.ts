@@ -1,10 +1,14 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createAgent } from 'sluice';
 import { defineConfig, serve, SettingsError, resolveSettings } from '@sluice/server';
 import { MemoryCacheStore } from '../../src/cache/memory.js';
+import { HttpError } from '../../src/http/errors.js';
 import { perProcessWarning } from '../../src/cache/open.js';
 import { placeKeys } from '../../src/cache/places.js';
 import { RedisCacheStore } from '../../src/cache/redis.js';
@@ -105,6 +109,48 @@ describe.runIf(withRedis)('the Redis cache store against a real redis-server', (
     // A revocation has no expiry.
     const client = await rawClient(url);
     expect(await client.pttl('sluice:revoked:tok_1')).toBe(-1);
+  });
+
+  it('a Redis that goes away: requests that need it get 503 cache_unavailable with Retry-After, not a 500 and not an unchecked admission', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-redis-gone-'));
+    afterThisTest(async () => rmSync(dir, { recursive: true, force: true }));
+    const port = await new Promise<number>((resolve) => {
+      const probe = createServer().listen(0, '127.0.0.1', () => {
+        const { port } = probe.address() as AddressInfo;
+        probe.close(() => resolve(port));
+      });
+    });
+    const child = spawn(
+      '/usr/bin/redis-server',
+      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
+      { stdio: 'ignore' },
+    );
+    const exited = once(child, 'exit');
+    afterThisTest(async () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      await exited;
+    });
+    let store: RedisCacheStore | undefined;
+    for (let i = 0; i < 100 && !store; i++) {
+      store = await RedisCacheStore.open({ url: `redis://127.0.0.1:${port}` }).catch(
+        () => new Promise<undefined>((r) => setTimeout(() => r(undefined), 50)),
+      );
+    }
+    if (!store) throw new Error('the throwaway redis-server did not start');
+    afterThisTest(() => store.close());
+    expect((await store.take('k', 1)).ok).toBe(true);
+    child.kill('SIGKILL');
+    await exited;
+    for (const attempt of [() => store.take('k', 1), () => store.count('a'), () => store.hit('a', 1000)]) {
+      const error = await attempt().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error, String(attempt)).toBeInstanceOf(HttpError);
+      expect((error as HttpError).status).toBe(503);
+      expect((error as HttpError).body().error.type).toBe('cache_unavailable');
+      expect((error as HttpError).headers['retry-after']).toBe('5');
+    }
   });
 
   it('a Redis that does not answer fails the start, naming REDIS_URL and hiding the password', async () => {
