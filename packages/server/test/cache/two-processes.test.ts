@@ -4,7 +4,8 @@ import { afterThisTest, lastUserText, postgres, until } from '../helpers.js';
 import { send, sluice, startServer, testDatabase, type ServerProc } from '../process/harness.js';
 import { rawClient, redisDatabase, withRedis } from './redis.js';
 
-const NODE_STALE_MS = 1000;
+// Long enough that a peer on a busy machine does not declare a live process lost mid-test.
+const NODE_STALE_MS = 5000;
 /** A thread's lock and a Redis place both live 3 x nodeStaleMs past their last renewal. */
 const LEASE_MS = 3 * NODE_STALE_MS;
 
