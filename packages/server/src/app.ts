@@ -16,6 +16,8 @@ import { opsRoutes } from './routes/ops.js';
 import type { RouteContext } from './routes/context.js';
 import { runRoutes } from './routes/runs.js';
 import { threadRoutes } from './routes/threads.js';
+import { triggerRoutes, webhookRoutes } from './routes/triggers.js';
+import { TICK_CHECK_MS, TriggerTicker } from './triggers/ticker.js';
 import { openAiRoutes } from './openai/routes.js';
 import { RunEvents } from './runs/events.js';
 import { Executor } from './runs/executor.js';
@@ -31,6 +33,8 @@ export interface ServerApp {
   readonly upkeep: NodeUpkeep;
   readonly waiters: RunWaiters;
   readonly callbacks: CallbackDispatcher;
+  /** Schedule triggers' ticks (run by the upkeep loop; `tickNow` for tests and tools). */
+  readonly triggers: TriggerTicker;
   /** Starts the background work: notifications, heartbeat and sweeps, queue workers. Call after listening. */
   start(): Promise<void>;
   /**
@@ -52,6 +56,8 @@ export interface AppOptions {
   logger?: FastifyServerOptions['logger'];
   /** Vets callback destinations; default: public http(s) addresses only, unless SLUICE_CALLBACK_ALLOW_PRIVATE. */
   checkCallbackUrl?: RouteContext['checkCallbackUrl'];
+  /** Epoch ms for schedule ticks and webhook timestamps; default Date.now (tests pass a manual clock). */
+  now?: () => number;
 }
 
 /**
@@ -161,13 +167,20 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     isDraining: () => isDraining,
   };
 
+  const now = options.now ?? Date.now;
+  const triggers = new TriggerTicker(ctx, now, log);
+  upkeep.addJob('triggers', TICK_CHECK_MS, () => triggers.tickNow());
+
   opsRoutes(fastify, { store, isDraining: () => isDraining });
+  // Webhooks carry a signature, not a bearer token: outside the authenticated scope.
+  await fastify.register(webhookRoutes(ctx, now), { prefix: '/api/client/v1' });
   await fastify.register(
     async (api) => {
       api.addHook('onRequest', authenticate(db));
       runRoutes(api, ctx);
       threadRoutes(api, ctx);
       openAiRoutes(api, ctx);
+      triggerRoutes(api, ctx);
     },
     { prefix: '/api/client/v1' },
   );
@@ -204,6 +217,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     upkeep,
     waiters,
     callbacks,
+    triggers,
     async start() {
       await upkeep.start();
       started = true;
