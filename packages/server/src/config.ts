@@ -80,7 +80,9 @@ export function checkClasses(config: SluiceConfig): void {
       throw new TypeError(`Expected \`classes\` keys to be ${runClasses.join(' or ')}, got \`${name}\``);
     const workload = (value as { workload?: unknown } | undefined)?.workload;
     if (typeof workload !== 'string' || workload === '')
-      throw new TypeError(`Expected \`classes.${name}.workload\` to be a workload name, got \`${String(workload)}\``);
+      throw new TypeError(
+        `Expected \`classes.${name}.workload\` to be a workload name, got \`${String(workload)}\``,
+      );
     for (const [agentName, agent] of Object.entries(config.agents)) {
       try {
         (agent as Agent<string>).checkWorkload(workload);

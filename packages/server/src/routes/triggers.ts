@@ -98,19 +98,25 @@ export function triggerRoutes(api: FastifyInstance, ctx: RouteContext): void {
       if (body.schedule !== undefined) {
         const problem = cronProblem(body.schedule);
         if (problem)
-          throw badRequest(`Expected \`schedule\` to be a cron expression, got \`${shown(body.schedule)}\`: ${problem}`, {
-            field: 'schedule',
-            value: body.schedule,
-          });
+          throw badRequest(
+            `Expected \`schedule\` to be a cron expression, got \`${shown(body.schedule)}\`: ${problem}`,
+            {
+              field: 'schedule',
+              value: body.schedule,
+            },
+          );
       }
       const count = await countTriggers(db, who.tenant);
       if (count >= MAX_TRIGGERS_PER_TENANT)
-        throw badRequest(`The tenant already has ${count} triggers; the limit is ${MAX_TRIGGERS_PER_TENANT}`, {
-          field: 'name',
-          limit: 'max_triggers',
-          limit_value: MAX_TRIGGERS_PER_TENANT,
-          value: count,
-        });
+        throw badRequest(
+          `The tenant already has ${count} triggers; the limit is ${MAX_TRIGGERS_PER_TENANT}`,
+          {
+            field: 'name',
+            limit: 'max_triggers',
+            limit_value: MAX_TRIGGERS_PER_TENANT,
+            value: count,
+          },
+        );
       const secret = generateSigningSecret();
       const trigger = await insertTrigger(db, {
         tenant: who.tenant,
@@ -140,7 +146,8 @@ export function triggerRoutes(api: FastifyInstance, ctx: RouteContext): void {
     async (request) => {
       requireRole(request.principal, 'admin', 'manage triggers');
       const { id } = request.params;
-      if (!(await deleteTrigger(db, request.principal.tenant, id))) throw notFound(`No trigger \`${shown(id)}\``);
+      if (!(await deleteTrigger(db, request.principal.tenant, id)))
+        throw notFound(`No trigger \`${shown(id)}\``);
       return { id, object: 'trigger', deleted: true };
     },
   );
@@ -162,7 +169,8 @@ function bodyText(raw: Buffer): string {
   } catch {
     throw badRequest('The webhook body is not UTF-8 text', { field: 'body' });
   }
-  if (text.includes('\u0000')) throw badRequest('The webhook body holds a U+0000 character', { field: 'body' });
+  if (text.includes('\u0000'))
+    throw badRequest('The webhook body holds a U+0000 character', { field: 'body' });
   return text;
 }
 
@@ -177,7 +185,13 @@ export function webhookRoutes(ctx: RouteContext, now: () => number) {
 
     scope.post<{ Params: { id: string }; Body: Buffer | undefined }>(
       '/triggers/:id/webhook',
-      { schema: { summary: "A trigger's webhook (signed; no bearer token)", params: triggerParams, security: [] } },
+      {
+        schema: {
+          summary: "A trigger's webhook (signed; no bearer token)",
+          params: triggerParams,
+          security: [],
+        },
+      },
       async (request, reply) => {
         const raw = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
         const trigger = await findTrigger(ctx.db, request.params.id);

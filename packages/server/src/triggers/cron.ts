@@ -15,12 +15,11 @@ export function cronProblem(expression: string): string | undefined {
   if (text.length === 0 || expression.length > MAX_LENGTH)
     return `a schedule is 1 to ${MAX_LENGTH} characters`;
   if (text.startsWith('@')) {
-    return aliases.includes(text.toLowerCase())
-      ? undefined
-      : `the named schedules are ${aliases.join(', ')}`;
+    return aliases.includes(text.toLowerCase()) ? undefined : `the named schedules are ${aliases.join(', ')}`;
   }
   const fields = text.split(/\s+/).length;
-  if (fields !== 5) return `a schedule has 5 fields (minute hour day-of-month month day-of-week), this has ${fields}`;
+  if (fields !== 5)
+    return `a schedule has 5 fields (minute hour day-of-month month day-of-week), this has ${fields}`;
   try {
     CronExpressionParser.parse(text, { tz: 'UTC', currentDate: new Date(0) });
     return undefined;

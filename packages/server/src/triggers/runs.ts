@@ -37,7 +37,11 @@ export async function queueTriggerRun(
   withRun: WithRun,
 ): Promise<RunRow> {
   if (!agentFor(ctx.config, trigger.tenant, trigger.agent))
-    throw new HttpError(404, 'not_found', `Trigger ${trigger.id} names agent \`${trigger.agent}\`, which is not served`);
+    throw new HttpError(
+      404,
+      'not_found',
+      `Trigger ${trigger.id} names agent \`${trigger.agent}\`, which is not served`,
+    );
   checkInput(input, 'body');
   const who = principalOf(trigger);
   const newRun = await newRunOf(ctx, who, {

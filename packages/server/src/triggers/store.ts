@@ -82,15 +82,19 @@ export async function findTrigger(db: SqlClient, id: string): Promise<TriggerRow
 
 export async function deleteTrigger(db: SqlClient, tenant: string, id: string): Promise<boolean> {
   if (!isTriggerId(id)) return false;
-  const deleted = await db.query('DELETE FROM triggers WHERE id = $1::text AND tenant = $2::text RETURNING id', [
-    id,
-    tenant,
-  ]);
+  const deleted = await db.query(
+    'DELETE FROM triggers WHERE id = $1::text AND tenant = $2::text RETURNING id',
+    [id, tenant],
+  );
   return deleted.rows.length > 0;
 }
 
 /** The run an earlier copy of a delivery made, if any. */
-export async function deliveredRun(db: SqlClient, triggerId: string, key: string): Promise<string | undefined> {
+export async function deliveredRun(
+  db: SqlClient,
+  triggerId: string,
+  key: string,
+): Promise<string | undefined> {
   return (
     await db.query<{ run_id: string }>(
       'SELECT run_id FROM trigger_deliveries WHERE trigger_id = $1::text AND key = $2::text',
@@ -100,12 +104,16 @@ export async function deliveredRun(db: SqlClient, triggerId: string, key: string
 }
 
 /** Records a delivery beside its run; a second copy fails on the key (and its run with it). */
-export async function recordDelivery(db: SqlClient, triggerId: string, key: string, runId: string): Promise<void> {
-  await db.query('INSERT INTO trigger_deliveries (trigger_id, key, run_id) VALUES ($1::text, $2::text, $3::text)', [
-    triggerId,
-    key,
-    runId,
-  ]);
+export async function recordDelivery(
+  db: SqlClient,
+  triggerId: string,
+  key: string,
+  runId: string,
+): Promise<void> {
+  await db.query(
+    'INSERT INTO trigger_deliveries (trigger_id, key, run_id) VALUES ($1::text, $2::text, $3::text)',
+    [triggerId, key, runId],
+  );
 }
 
 /** Every trigger with a schedule whose tick at `tickMs` is not made yet (at most `limit`). */
@@ -131,7 +139,12 @@ export async function recordTick(
   await db.query(
     `INSERT INTO trigger_ticks (trigger_id, tick, run_id, refused)
      VALUES ($1::text, to_timestamp($2::float8 / 1000), $3::text, $4::text)`,
-    [triggerId, tickMs, 'runId' in outcome ? outcome.runId : null, 'refused' in outcome ? outcome.refused : null],
+    [
+      triggerId,
+      tickMs,
+      'runId' in outcome ? outcome.runId : null,
+      'refused' in outcome ? outcome.refused : null,
+    ],
   );
   await db.query(
     `UPDATE triggers SET last_tick_at = greatest(last_tick_at, to_timestamp($2::float8 / 1000)) WHERE id = $1::text`,

@@ -2,7 +2,14 @@ import { HttpError } from '../http/errors.js';
 import type { RouteContext } from '../routes/context.js';
 import { latestTick } from './cron.js';
 import { queueTriggerRun } from './runs.js';
-import { isUniqueViolation, pruneTicks, recordTick, scheduledTriggers, tickMade, type TriggerRow } from './store.js';
+import {
+  isUniqueViolation,
+  pruneTicks,
+  recordTick,
+  scheduledTriggers,
+  tickMade,
+  type TriggerRow,
+} from './store.js';
 
 type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: object) => void;
 

@@ -28,13 +28,7 @@ import { lastUserText, postgres, standInModel, until, type Body } from '../helpe
  */
 
 type Kind =
-  | 'succeeded'
-  | 'failed'
-  | 'canceled_queued'
-  | 'canceled_running'
-  | 'expired'
-  | 'worker_lost'
-  | 'interrupted';
+  'succeeded' | 'failed' | 'canceled_queued' | 'canceled_running' | 'expired' | 'worker_lost' | 'interrupted';
 
 const shared: Partial<ServerSettings> = {
   callbackAllowPrivate: true,
@@ -89,7 +83,11 @@ beforeAll(async () => {
     ['lost', {}],
     ['leaving', { drainTimeoutMs: 100 }],
   ] as const) {
-    const store = await openStore({ databaseUrl: urlOf(postgres, database), dataDir: '/nonexistent', poolSize: 5 });
+    const store = await openStore({
+      databaseUrl: urlOf(postgres, database),
+      dataDir: '/nonexistent',
+      poolSize: 5,
+    });
     const app = await createApp({
       store,
       config,
@@ -100,7 +98,8 @@ beforeAll(async () => {
     await app.start();
     procs[name] = { app, store, url };
   }
-  token = (await createToken(procs.main.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' })).secret;
+  token = (await createToken(procs.main.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' }))
+    .secret;
 });
 
 afterAll(async () => {
@@ -164,22 +163,38 @@ function signedBy(secret: string, headers: IncomingHttpHeaders, body: string): b
 it('one signed delivery per terminal state: succeeded, failed, canceled, expired, worker_lost, interrupted', async () => {
   const ids = {} as Record<Kind, string>;
 
-  ids.succeeded = (await call('main', 'POST', '/agents/echo/runs', { input: 'hello', callback_url: hookUrl })).body.id;
-  ids.failed = (await call('main', 'POST', '/agents/echo/runs', { input: 'fail please', callback_url: hookUrl })).body.id;
+  ids.succeeded = (
+    await call('main', 'POST', '/agents/echo/runs', { input: 'hello', callback_url: hookUrl })
+  ).body.id;
+  ids.failed = (
+    await call('main', 'POST', '/agents/echo/runs', { input: 'fail please', callback_url: hookUrl })
+  ).body.id;
 
   ids.canceled_queued = (
-    await call('main', 'POST', '/agents/echo/runs', { input: 'later', delay_seconds: 3600, callback_url: hookUrl })
+    await call('main', 'POST', '/agents/echo/runs', {
+      input: 'later',
+      delay_seconds: 3600,
+      callback_url: hookUrl,
+    })
   ).body.id;
-  expect((await call('main', 'POST', `/agents/runs/${ids.canceled_queued}/cancel`)).body.status).toBe('canceled');
+  expect((await call('main', 'POST', `/agents/runs/${ids.canceled_queued}/cancel`)).body.status).toBe(
+    'canceled',
+  );
 
   void holdRun('main', 'stall then cancel');
   ids.canceled_running = await runIdAt('stall then cancel');
   await call('main', 'POST', `/agents/runs/${ids.canceled_running}/cancel`);
 
   // A deferred run holds the tenant's one deferred slot, so the next one waits and expires.
-  const holder = (await call('main', 'POST', '/agents/echo/runs', { input: 'stall holder', class: 'deferred' })).body.id;
+  const holder = (
+    await call('main', 'POST', '/agents/echo/runs', { input: 'stall holder', class: 'deferred' })
+  ).body.id;
   ids.expired = (
-    await call('main', 'POST', '/agents/echo/runs', { input: 'too late', class: 'deferred', callback_url: hookUrl })
+    await call('main', 'POST', '/agents/echo/runs', {
+      input: 'too late',
+      class: 'deferred',
+      callback_url: hookUrl,
+    })
   ).body.id;
 
   // `lost` stops beating while its run is at the provider: a peer declares the run worker_lost.
@@ -224,9 +239,12 @@ it('one signed delivery per terminal state: succeeded, failed, canceled, expired
   expect(received.length).toBe(7);
 
   // Every row of the outbox is delivered, on its first attempt: no copy is still to come.
-  const outbox = await procs.main.store.db.query<{ run_id: string; state: string; attempts: number; id: string }>(
-    'SELECT run_id, state, attempts, id FROM callback_deliveries ORDER BY run_id',
-  );
+  const outbox = await procs.main.store.db.query<{
+    run_id: string;
+    state: string;
+    attempts: number;
+    id: string;
+  }>('SELECT run_id, state, attempts, id FROM callback_deliveries ORDER BY run_id');
   expect(outbox.rows.map((r) => [r.state, r.attempts])).toEqual(Array(7).fill(['delivered', 1]));
   expect(new Set(outbox.rows.map((r) => r.id))).toEqual(messageIds);
 });

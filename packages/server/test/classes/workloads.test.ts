@@ -67,7 +67,8 @@ beforeAll(async () => {
     databaseUrl: '',
     logger: false,
   });
-  token = (await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' })).secret;
+  token = (await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' }))
+    .secret;
 });
 
 afterAll(async () => {
@@ -106,7 +107,9 @@ describe('classes on the provider limiter', () => {
 
     // Interactive runs, inline: answered while every deferred request is still held.
     const interactive = await Promise.all(
-      ['first', 'second'].map((name) => call('POST', '/agents/analyst/runs', { input: `interactive ${name}` })),
+      ['first', 'second'].map((name) =>
+        call('POST', '/agents/analyst/runs', { input: `interactive ${name}` }),
+      ),
     );
     expect(interactive.map((r) => [r.status, r.body.status])).toEqual([
       [200, 'succeeded'],
@@ -125,7 +128,9 @@ describe('classes on the provider limiter', () => {
     }
     const runs = await call('GET', '/agents/runs?class=deferred&limit=100');
     await until(async () => {
-      const list = (await call('GET', '/agents/runs?class=deferred&limit=100')).body.data as { status: string }[];
+      const list = (await call('GET', '/agents/runs?class=deferred&limit=100')).body.data as {
+        status: string;
+      }[];
       return list.length === FLOOD && list.every((r) => r.status === 'succeeded');
     }, 'every deferred run to succeed');
     expect(runs.status).toBe(200);
@@ -138,24 +143,36 @@ describe('classes on the provider limiter', () => {
       defineConfig({
         agents: {
           plain: createAgent({ model, credentials: { apiKey: 'k' } }),
-          analyst: createAgent({ model, credentials: { apiKey: 'k' }, concurrency: { limiter, workload: 'interactive' } }),
+          analyst: createAgent({
+            model,
+            credentials: { apiKey: 'k' },
+            concurrency: { limiter, workload: 'interactive' },
+          }),
         },
         classes: classes as never,
       });
     expect(make({ deferred: { workload: 'batch' } })).toThrow(
       /Class `deferred` runs in workload `batch`, which the limiter of agent `analyst` lacks.*interactive.*background/,
     );
-    expect(make({ nightly: { workload: 'background' } })).toThrow(/`classes` keys to be default or deferred, got `nightly`/);
+    expect(make({ nightly: { workload: 'background' } })).toThrow(
+      /`classes` keys to be default or deferred, got `nightly`/,
+    );
     expect(make({ deferred: {} })).toThrow(/`classes.deferred.workload`/);
     // An agent without a limiter takes no slots: nothing to map, nothing refused.
-    expect(make({ default: { workload: 'interactive' }, deferred: { workload: 'background' } })).not.toThrow();
+    expect(
+      make({ default: { workload: 'interactive' }, deferred: { workload: 'background' } }),
+    ).not.toThrow();
     // A config that skipped defineConfig is refused as the server starts, before anything listens.
     const spare = await preparedDataDir();
     await expect(
       serve({
         config: {
           agents: {
-            analyst: createAgent({ model, credentials: { apiKey: 'k' }, concurrency: { limiter, workload: 'interactive' } }),
+            analyst: createAgent({
+              model,
+              credentials: { apiKey: 'k' },
+              concurrency: { limiter, workload: 'interactive' },
+            }),
           },
           classes: { default: { workload: 'chat' } },
         },

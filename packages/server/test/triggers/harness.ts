@@ -10,7 +10,9 @@ import { lastUserText, preparedDataDir, standInModel, type Body, type Reply } fr
 export interface FileServer {
   server: RunningServer;
   provider: ProviderStandIn;
-  token(who?: Partial<{ tenant: string; project: string; user: string; role: 'admin' | 'member' | 'read' }>): Promise<string>;
+  token(
+    who?: Partial<{ tenant: string; project: string; user: string; role: 'admin' | 'member' | 'read' }>,
+  ): Promise<string>;
   call(method: string, path: string, token: string, body?: unknown): Promise<Reply>;
   close(): Promise<void>;
 }
@@ -75,7 +77,12 @@ export async function startFileServer(options: {
 }
 
 /** Headers of a Standard Webhooks sender. */
-export function standardHeaders(secret: string, id: string, body: string, timestampS = Math.floor(Date.now() / 1000)) {
+export function standardHeaders(
+  secret: string,
+  id: string,
+  body: string,
+  timestampS = Math.floor(Date.now() / 1000),
+) {
   return {
     'webhook-id': id,
     'webhook-timestamp': String(timestampS),

@@ -45,14 +45,19 @@ beforeAll(async () => {
     tenants: { q: { runs: { limit: 1, per: 'hour' } } },
   });
   for (let i = 0; i < 2; i++) {
-    const store = await openStore({ databaseUrl: urlOf(postgres, database), dataDir: '/nonexistent', poolSize: 5 });
+    const store = await openStore({
+      databaseUrl: urlOf(postgres, database),
+      dataDir: '/nonexistent',
+      poolSize: 5,
+    });
     const app = await createApp({ store, config, settings: resolveSettings({}, {}), logger: false, now });
     const url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
     apps.push({ app, store, url });
   }
   db = new pg.Client({ connectionString: urlOf(postgres, database) });
   await db.connect();
-  admin = (await createToken(apps[0]!.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' })).secret;
+  admin = (await createToken(apps[0]!.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' }))
+    .secret;
 });
 
 afterAll(async () => {
@@ -166,8 +171,15 @@ it("the processes' own upkeep loops make the tick, once", async () => {
 
 it('a tick refused by a cap is recorded, not retried on every look', async () => {
   clock = Date.now();
-  const qAdmin = (await createToken(apps[0]!.store.db, { tenant: 'q', project: 'p', user: 'u', role: 'admin' })).secret;
-  const created = await call('POST', '/triggers', { name: 'capped', agent: 'echo', schedule: '* * * * *' }, qAdmin);
+  const qAdmin = (
+    await createToken(apps[0]!.store.db, { tenant: 'q', project: 'p', user: 'u', role: 'admin' })
+  ).secret;
+  const created = await call(
+    'POST',
+    '/triggers',
+    { name: 'capped', agent: 'echo', schedule: '* * * * *' },
+    qAdmin,
+  );
   const id = created.body.id as string;
   // The upkeep loops run from here on (the test before started them): they may look first, so
   // what is counted is the runs and ticks, not which look made them.
@@ -177,7 +189,10 @@ it('a tick refused by a cap is recorded, not retried on every look', async () =>
   expect((await runsOf(id)).length).toBe(1);
   clock = minute + MINUTE;
   await bothTick();
-  const refused = await db.query('SELECT refused, run_id FROM trigger_ticks WHERE trigger_id = $1 ORDER BY tick', [id]);
+  const refused = await db.query(
+    'SELECT refused, run_id FROM trigger_ticks WHERE trigger_id = $1 ORDER BY tick',
+    [id],
+  );
   expect(refused.rows).toEqual([
     { refused: null, run_id: (await runsOf(id))[0]!.id },
     { refused: 'agent_quota_exceeded', run_id: null },

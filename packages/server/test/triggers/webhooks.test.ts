@@ -31,9 +31,19 @@ const runsOf = async (token = admin) =>
 
 describe('managing triggers', () => {
   it('is for admins; the secret is shown once; bad fields are named with their values', async () => {
-    const created = await s.call('POST', '/triggers', admin, { name: 'gh', agent: 'echo', class: 'deferred' });
+    const created = await s.call('POST', '/triggers', admin, {
+      name: 'gh',
+      agent: 'echo',
+      class: 'deferred',
+    });
     expect(created.status).toBe(201);
-    expect(created.body).toMatchObject({ object: 'trigger', name: 'gh', agent: 'echo', class: 'deferred', schedule: null });
+    expect(created.body).toMatchObject({
+      object: 'trigger',
+      name: 'gh',
+      agent: 'echo',
+      class: 'deferred',
+      schedule: null,
+    });
     expect(created.body.secret).toMatch(/^whsec_/);
     expect(created.body.url).toBe(`${s.server.url}/api/client/v1/triggers/${created.body.id}/webhook`);
 
@@ -48,15 +58,28 @@ describe('managing triggers', () => {
       ['GET', '/triggers'],
       ['DELETE', `/triggers/${created.body.id}`],
     ] as const) {
-      const r = await s.call(method, path, member, method === 'POST' ? { name: 'x', agent: 'echo' } : undefined);
+      const r = await s.call(
+        method,
+        path,
+        member,
+        method === 'POST' ? { name: 'x', agent: 'echo' } : undefined,
+      );
       expect(r.status, `${method} ${path}`).toBe(403);
     }
 
-    const badCron = await s.call('POST', '/triggers', admin, { name: 'n', agent: 'echo', schedule: '61 * * * *' });
+    const badCron = await s.call('POST', '/triggers', admin, {
+      name: 'n',
+      agent: 'echo',
+      schedule: '61 * * * *',
+    });
     expect(badCron.status).toBe(400);
     expect(badCron.body.error).toMatchObject({ param: 'schedule', value: '61 * * * *' });
     expect(badCron.body.error.message).toContain('61');
-    const seconds = await s.call('POST', '/triggers', admin, { name: 'n', agent: 'echo', schedule: '* * * * * *' });
+    const seconds = await s.call('POST', '/triggers', admin, {
+      name: 'n',
+      agent: 'echo',
+      schedule: '* * * * * *',
+    });
     expect(seconds.status).toBe(400);
     expect(seconds.body.error.message).toContain('5 fields');
     // `other` exists, but tenant `t` may not run it: the same answer as a name that is nowhere.
@@ -84,14 +107,23 @@ describe('managing triggers', () => {
     expect((await s.call('DELETE', `/triggers/${created.body.id}`, admin)).status).toBe(404);
     // A deleted trigger's webhook answers like any unknown one.
     const body = '{"after":"deleted"}';
-    const late = await sendWebhook(created.body.url, body, standardHeaders(created.body.secret, 'msg_late', body));
+    const late = await sendWebhook(
+      created.body.url,
+      body,
+      standardHeaders(created.body.secret, 'msg_late', body),
+    );
     expect(late.status).toBe(401);
   });
 });
 
 describe('webhooks', () => {
   it('a signed delivery queues one run in the trigger class with the body as input', async () => {
-    const t = await createTrigger({ name: 'push', agent: 'echo', class: 'deferred', input: 'Review this push.' });
+    const t = await createTrigger({
+      name: 'push',
+      agent: 'echo',
+      class: 'deferred',
+      input: 'Review this push.',
+    });
     const body = JSON.stringify({ ref: 'refs/heads/main', commits: [{ id: 'abc' }] });
     const r = await sendWebhook(t.url, body, standardHeaders(t.secret, 'msg_ok_1', body));
     expect(r.status, JSON.stringify(r.body)).toBe(202);
@@ -114,7 +146,10 @@ describe('webhooks', () => {
       ['six minutes old', standardHeaders(t.secret, 'msg_c', body, now - 360)],
       ['six minutes ahead', standardHeaders(t.secret, 'msg_d', body, now + 360)],
       ['id changed after signing', { ...standardHeaders(t.secret, 'msg_e', body), 'webhook-id': 'msg_f' }],
-      ['signature not base64 of 32 bytes', { ...standardHeaders(t.secret, 'msg_g', body), 'webhook-signature': 'v1,AAAA' }],
+      [
+        'signature not base64 of 32 bytes',
+        { ...standardHeaders(t.secret, 'msg_g', body), 'webhook-signature': 'v1,AAAA' },
+      ],
       ['github signature of another secret', githubHeaders(other.secret, body, 'd1')],
       ['github signature not hex', { 'x-hub-signature-256': 'sha256=zz' }],
       ['github secret used as Standard Webhooks key bytes', githubHeaders(t.secret.slice(6), body, 'd2')],
@@ -126,7 +161,11 @@ describe('webhooks', () => {
       answers.add(JSON.stringify(r.body));
     }
     // A made-up trigger id, and a real one with a bad signature: the same answer.
-    const unknown = await sendWebhook(t.url.replace(t.id, 'trg_000000000000000000000000'), body, standardHeaders(t.secret, 'msg_h', body));
+    const unknown = await sendWebhook(
+      t.url.replace(t.id, 'trg_000000000000000000000000'),
+      body,
+      standardHeaders(t.secret, 'msg_h', body),
+    );
     expect(unknown.status).toBe(401);
     answers.add(JSON.stringify(unknown.body));
     expect(answers.size).toBe(1);
@@ -167,7 +206,9 @@ describe('webhooks', () => {
     const burst = await Promise.all(Array.from({ length: 12 }, () => sendWebhook(t.url, body, burstHeaders)));
     expect(burst.map((r) => r.status)).toEqual(Array(12).fill(202));
     expect(new Set(burst.map((r) => r.body.id)).size).toBe(1);
-    const made = (await runsOf()).filter((r) => (r as { metadata?: { trigger_id?: string } }).metadata?.trigger_id === t.id);
+    const made = (await runsOf()).filter(
+      (r) => (r as { metadata?: { trigger_id?: string } }).metadata?.trigger_id === t.id,
+    );
     expect(made.map((r) => r.id).sort()).toEqual([first.body.id, burst[0]!.body.id].sort());
   });
 
@@ -185,7 +226,12 @@ describe('webhooks', () => {
     expect(next.body.id).not.toBe(ok.body.id);
     // A form-encoded body (GitHub's other content type) is taken as its text.
     const form = `payload=${encodeURIComponent('{"a":1}')}`;
-    const formed = await sendWebhook(t.url, form, githubHeaders(t.secret, form, 'd-3'), 'application/x-www-form-urlencoded');
+    const formed = await sendWebhook(
+      t.url,
+      form,
+      githubHeaders(t.secret, form, 'd-3'),
+      'application/x-www-form-urlencoded',
+    );
     expect(formed.status).toBe(202);
     expect(formed.body.input).toBe(form);
   });
