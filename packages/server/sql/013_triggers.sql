@@ -18,10 +18,12 @@ CREATE TABLE IF NOT EXISTS triggers (
   -- The latest tick a run was made for (or refused at): older ticks are never made again, even
   -- once their trigger_ticks rows are pruned.
   last_tick_at  timestamptz,
+  -- When the next tick comes: upkeep passes read only the triggers that are due, not every one.
+  next_tick_at  timestamptz,
   created_at    timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX IF NOT EXISTS triggers_tenant ON triggers (tenant, created_at, id);
-CREATE INDEX IF NOT EXISTS triggers_scheduled ON triggers (id) WHERE schedule IS NOT NULL;
+CREATE INDEX IF NOT EXISTS triggers_due ON triggers (next_tick_at) WHERE schedule IS NOT NULL;
 
 -- One row per accepted webhook delivery (its webhook-id, or GitHub's delivery id). Written in the
 -- transaction that admits the run, so two copies of one delivery, on any server processes, make

@@ -6,7 +6,7 @@ import { HttpError, badRequest, notFound, shown } from '../http/errors.js';
 import { storableText } from '../http/schemas.js';
 import type { RunClass } from '../runs/lifecycle.js';
 import { toApiRun } from '../runs/store.js';
-import { cronProblem } from '../triggers/cron.js';
+import { cronProblem, nextTick } from '../triggers/cron.js';
 import { inputOf, queueTriggerRun, runOf } from '../triggers/runs.js';
 import {
   countTriggers,
@@ -126,6 +126,7 @@ export function triggerRoutes(api: FastifyInstance, ctx: RouteContext): void {
         agent: body.agent,
         class: body.class ?? 'default',
         schedule: body.schedule?.trim(),
+        nextTickMs: body.schedule === undefined ? undefined : nextTick(body.schedule, Date.now()),
         input: body.input,
         secret,
       });

@@ -43,3 +43,13 @@ export function latestTick(expression: string, nowMs: number): number | undefine
     return undefined;
   }
 }
+
+/** The first tick of `expression` after `afterMs` (epoch ms), or undefined when none comes. */
+export function nextTick(expression: string, afterMs: number): number | undefined {
+  const parsed = CronExpressionParser.parse(expression.trim(), { tz: 'UTC', currentDate: new Date(afterMs) });
+  try {
+    return parsed.next().getTime();
+  } catch {
+    return undefined;
+  }
+}

@@ -1,5 +1,5 @@
 import { agentFor } from '../config.js';
-import { HttpError } from '../http/errors.js';
+import { HttpError, badRequest } from '../http/errors.js';
 import { checkInput } from '../http/limits.js';
 import type { RouteContext } from '../routes/context.js';
 import { admitQueued, newRunOf } from '../routes/submit.js';
@@ -21,6 +21,12 @@ export function principalOf(trigger: TriggerRow): Principal {
 
 /** The trigger's own text first (what to do), then the event (a webhook's body, a tick). */
 export function inputOf(trigger: TriggerRow, event: string): string {
+  if (event === '') {
+    if (trigger.input) return trigger.input;
+    throw badRequest('The webhook body is empty and the trigger has no `input`: the run would ask nothing', {
+      field: 'body',
+    });
+  }
   return trigger.input ? `${trigger.input}\n\n${event}` : event;
 }
 

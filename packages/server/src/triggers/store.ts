@@ -34,14 +34,17 @@ export interface NewTrigger {
   agent: string;
   class: RunClass;
   schedule?: string;
+  /** Epoch ms of the schedule's first tick. */
+  nextTickMs?: number;
   input?: string;
   secret: string;
 }
 
 export async function insertTrigger(db: SqlClient, t: NewTrigger): Promise<TriggerRow> {
   const rows = await db.query<TriggerRow>(
-    `INSERT INTO triggers (id, tenant, project, user_id, name, agent, class, schedule, input, secret)
-     VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text, $10::text)
+    `INSERT INTO triggers (id, tenant, project, user_id, name, agent, class, schedule, input, secret, next_tick_at)
+     VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text, $10::text,
+       to_timestamp($11::float8 / 1000))
      RETURNING ${columns}`,
     [
       `trg_${randomBytes(12).toString('hex')}`,
@@ -54,6 +57,7 @@ export async function insertTrigger(db: SqlClient, t: NewTrigger): Promise<Trigg
       t.schedule ?? null,
       t.input ?? null,
       t.secret,
+      t.nextTickMs ?? null,
     ],
   );
   return rows.rows[0]!;
@@ -116,12 +120,14 @@ export async function recordDelivery(
   );
 }
 
-/** Every trigger with a schedule whose tick at `tickMs` is not made yet (at most `limit`). */
-export async function scheduledTriggers(db: SqlClient, limit: number): Promise<TriggerRow[]> {
+/** Schedule triggers whose next tick has come by `nowMs` (at most `limit`, the longest due first). */
+export async function dueTriggers(db: SqlClient, nowMs: number, limit: number): Promise<TriggerRow[]> {
   return (
     await db.query<TriggerRow>(
-      `SELECT ${columns} FROM triggers WHERE schedule IS NOT NULL ORDER BY id LIMIT $1::int`,
-      [limit],
+      `SELECT ${columns} FROM triggers
+       WHERE schedule IS NOT NULL AND next_tick_at <= to_timestamp($1::float8 / 1000)
+       ORDER BY next_tick_at LIMIT $2::int`,
+      [nowMs, limit],
     )
   ).rows;
 }
@@ -134,6 +140,7 @@ export async function recordTick(
   db: SqlClient,
   triggerId: string,
   tickMs: number,
+  nextTickMs: number | undefined,
   outcome: { runId: string } | { refused: string },
 ): Promise<void> {
   await db.query(
@@ -147,8 +154,10 @@ export async function recordTick(
     ],
   );
   await db.query(
-    `UPDATE triggers SET last_tick_at = greatest(last_tick_at, to_timestamp($2::float8 / 1000)) WHERE id = $1::text`,
-    [triggerId, tickMs],
+    `UPDATE triggers SET last_tick_at = greatest(last_tick_at, to_timestamp($2::float8 / 1000)),
+       next_tick_at = to_timestamp($3::float8 / 1000)
+     WHERE id = $1::text`,
+    [triggerId, tickMs, nextTickMs ?? null],
   );
 }
 

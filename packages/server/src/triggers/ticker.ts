@@ -1,12 +1,12 @@
 import { HttpError } from '../http/errors.js';
 import type { RouteContext } from '../routes/context.js';
-import { latestTick } from './cron.js';
+import { latestTick, nextTick } from './cron.js';
 import { queueTriggerRun } from './runs.js';
 import {
   isUniqueViolation,
   pruneTicks,
   recordTick,
-  scheduledTriggers,
+  dueTriggers,
   tickMade,
   type TriggerRow,
 } from './store.js';
@@ -15,7 +15,7 @@ type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: object) 
 
 /** How often each process looks for ticks that have come. */
 export const TICK_CHECK_MS = 1_000;
-/** Schedule triggers looked at in one pass; more wait for the next passes in id order. */
+/** Due schedule triggers taken in one pass; more wait for the next pass, longest due first. */
 const PASS_LIMIT = 10_000;
 const PRUNE_EVERY_MS = 3_600_000;
 const KEEP_TICKS_MS = 7 * 24 * 3_600_000;
@@ -42,7 +42,7 @@ export class TriggerTicker {
   /** Makes the runs of the ticks that have come by `nowMs`; returns how many it made. */
   async tickNow(nowMs = this.now()): Promise<number> {
     let made = 0;
-    for (const trigger of await scheduledTriggers(this.ctx.db, PASS_LIMIT)) {
+    for (const trigger of await dueTriggers(this.ctx.db, nowMs, PASS_LIMIT)) {
       try {
         if (await this.#tick(trigger, nowMs)) made++;
       } catch (error) {
@@ -60,6 +60,7 @@ export class TriggerTicker {
   async #tick(trigger: TriggerRow, nowMs: number): Promise<boolean> {
     const tick = latestTick(trigger.schedule!, nowMs);
     if (tick === undefined || tick <= (trigger.last_tick_ms ?? trigger.created_ms)) return false;
+    const next = nextTick(trigger.schedule!, tick);
     if (await tickMade(this.ctx.db, trigger.id, tick)) return false;
     const at = new Date(tick).toISOString();
     try {
@@ -68,16 +69,18 @@ export class TriggerTicker {
         trigger,
         trigger.input ?? JSON.stringify({ trigger: trigger.name, scheduled_for: at }),
         { trigger_id: trigger.id, scheduled_for: at },
-        (tx, run) => recordTick(tx, trigger.id, tick, { runId: run.id }),
+        (tx, run) => recordTick(tx, trigger.id, tick, next, { runId: run.id }),
       );
       return true;
     } catch (error) {
       if (isUniqueViolation(error)) return false;
       if (!(error instanceof HttpError)) throw error;
       this.log('warn', 'schedule tick refused', { trigger: trigger.id, tick: at, refusal: error.type });
-      await recordTick(this.ctx.db, trigger.id, tick, { refused: error.type }).catch((again: unknown) => {
-        if (!isUniqueViolation(again)) throw again;
-      });
+      await recordTick(this.ctx.db, trigger.id, tick, next, { refused: error.type }).catch(
+        (again: unknown) => {
+          if (!isUniqueViolation(again)) throw again;
+        },
+      );
       return false;
     }
   }
