@@ -254,6 +254,14 @@ describe('webhooks', () => {
     });
     expect(r.status).toBe(400);
     expect(((await r.json()) as { error: { param: string } }).error.param).toBe('body');
+    // An empty body asks nothing unless the trigger says what to do.
+    const empty = await sendWebhook(t.url, '', standardHeaders(t.secret, 'msg_empty', ''));
+    expect(empty.status).toBe(400);
+    expect(empty.body.error.param).toBe('body');
+    const told = await createTrigger({ name: 'ping', agent: 'echo', input: 'Check the site.' });
+    const ping = await sendWebhook(told.url, '', standardHeaders(told.secret, 'msg_ping', ''));
+    expect(ping.status).toBe(202);
+    expect(ping.body.input).toBe('Check the site.');
   });
 
   it('over a cap the sender gets the runs API 429, and nothing is recorded against a retry', async () => {
