@@ -17,6 +17,8 @@ import { opsRoutes } from './routes/ops.js';
 import type { RouteContext } from './routes/context.js';
 import { runRoutes } from './routes/runs.js';
 import { threadRoutes } from './routes/threads.js';
+import { triggerRoutes, webhookRoutes } from './routes/triggers.js';
+import { TICK_CHECK_MS, TriggerTicker } from './triggers/ticker.js';
 import { openAiRoutes } from './openai/routes.js';
 import { RunEvents } from './runs/events.js';
 import { Executor } from './runs/executor.js';
@@ -34,6 +36,8 @@ export interface ServerApp {
   readonly callbacks: CallbackDispatcher;
   /** Places, revocations and the failed-auth limiter (memory or Redis). */
   readonly cache: CacheStore;
+  /** Schedule triggers' ticks (run by the upkeep loop; `tickNow` for tests and tools). */
+  readonly triggers: TriggerTicker;
   /** Starts the background work: notifications, heartbeat and sweeps, queue workers. Call after listening. */
   start(): Promise<void>;
   /**
@@ -57,6 +61,8 @@ export interface AppOptions {
   checkCallbackUrl?: RouteContext['checkCallbackUrl'];
   /** The cache store; default: the one `settings.cacheStore` names, opened here and closed with the app. */
   cache?: CacheStore;
+  /** Epoch ms for schedule ticks and webhook timestamps; default Date.now (tests pass a manual clock). */
+  now?: () => number;
 }
 
 /**
@@ -170,13 +176,20 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     isDraining: () => isDraining,
   };
 
+  const now = options.now ?? Date.now;
+  const triggers = new TriggerTicker(ctx, now, log);
+  upkeep.addJob('triggers', TICK_CHECK_MS, () => triggers.tickNow());
+
   opsRoutes(fastify, { store, isDraining: () => isDraining });
+  // Webhooks carry a signature, not a bearer token: outside the authenticated scope.
+  await fastify.register(webhookRoutes(ctx, now), { prefix: '/api/client/v1' });
   await fastify.register(
     async (api) => {
       api.addHook('onRequest', authenticate(db, cache));
       runRoutes(api, ctx);
       threadRoutes(api, ctx);
       openAiRoutes(api, ctx);
+      triggerRoutes(api, ctx);
     },
     { prefix: '/api/client/v1' },
   );
@@ -215,6 +228,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     waiters,
     callbacks,
     cache,
+    triggers,
     async start() {
       await upkeep.start();
       started = true;

@@ -1,4 +1,5 @@
 import type { Agent } from 'sluice';
+import { runClasses, type RunClass } from './runs/lifecycle.js';
 import type { RunsConfig, ServerSettings } from './settings.js';
 
 /** A period for quotas: a sliding window of that length. */
@@ -29,6 +30,14 @@ export interface SluiceConfig {
   cacheStore?: 'memory' | 'redis';
   /** The Redis of the `redis` cache store (REDIS_URL overrides). */
   redisUrl?: string;
+  /**
+   * The workload of each agent's limiter that runs of a class make their provider requests in:
+   * `{ default: { workload: 'interactive' }, deferred: { workload: 'background' } }` keeps
+   * deferred work to its workload's ceiling, out of slots reserved for interactive work. Every
+   * agent with a limiter must have the workloads named (checked at start). Agents without a
+   * limiter take no slots and ignore it. Without it, runs use their agent's own workload.
+   */
+  classes?: Partial<Record<RunClass, { workload: string }>>;
   /** Called when the server stops (close a provider stand-in, pools...). */
   close?: () => Promise<void> | void;
 }
@@ -58,7 +67,44 @@ export function defineConfig(config: SluiceConfig): SluiceConfig {
       }
     }
   }
+  checkClasses(config);
   return config;
+}
+
+/**
+ * Checks `classes`: known class names, and that each agent's limiter has each class's workload.
+ * Throws a TypeError naming the class, the workload and the agent.
+ */
+export function checkClasses(config: SluiceConfig): void {
+  if (config.classes === undefined) return;
+  if (config.classes === null || typeof config.classes !== 'object')
+    throw new TypeError(`Expected \`classes\` to be an object, got \`${String(config.classes)}\``);
+  for (const [name, value] of Object.entries(config.classes)) {
+    if (!(runClasses as readonly string[]).includes(name))
+      throw new TypeError(`Expected \`classes\` keys to be ${runClasses.join(' or ')}, got \`${name}\``);
+    const workload = (value as { workload?: unknown } | undefined)?.workload;
+    if (typeof workload !== 'string' || workload === '')
+      throw new TypeError(
+        `Expected \`classes.${name}.workload\` to be a workload name, got \`${String(workload)}\``,
+      );
+    for (const [agentName, agent] of Object.entries(config.agents)) {
+      try {
+        (agent as Agent<string>).checkWorkload(workload);
+      } catch (error) {
+        throw new TypeError(
+          `Class \`${name}\` runs in workload \`${workload}\`, which the limiter of agent \`${agentName}\` lacks: ` +
+            (error instanceof Error ? error.message : String(error)),
+        );
+      }
+    }
+  }
+}
+
+/** The workload a run of `runClass` asks `agent` for; undefined: the agent's own choice. */
+export function workloadOf(config: SluiceConfig, runClass: RunClass, agent: AnyAgent): string | undefined {
+  const workload = config.classes?.[runClass]?.workload;
+  if (workload === undefined) return undefined;
+  return (agent as Agent<string>).checkWorkload(workload);
 }
 
 type AnyAgent = SluiceConfig['agents'][string];

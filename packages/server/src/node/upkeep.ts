@@ -25,6 +25,7 @@ export class NodeUpkeep {
   #timers: ReturnType<typeof setInterval>[] = [];
   #busy = new Set<string>();
   #lastBeat = Date.now();
+  readonly #jobs: { name: string; everyMs: number; job: () => Promise<unknown> }[] = [];
 
   constructor(
     private readonly db: Database,
@@ -52,6 +53,12 @@ export class NodeUpkeep {
     });
     every(PROMOTE_MS, 'promote', () => this.promoteNow());
     every(3_600_000, 'prune', () => pruneNodes(this.db));
+    for (const { name, everyMs, job } of this.#jobs) every(everyMs, name, job);
+  }
+
+  /** Adds a periodic job of another area (schedule triggers' ticks); call before `start`. */
+  addJob(name: string, everyMs: number, job: () => Promise<unknown>): void {
+    this.#jobs.push({ name, everyMs, job });
   }
 
   /** Moves due scheduled runs to their queues now; returns how many. */

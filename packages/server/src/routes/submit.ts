@@ -1,7 +1,7 @@
 import type { FastifyReply } from 'fastify';
 import { HttpError, badRequest, draining, notFound, refusalError, shown } from '../http/errors.js';
 import { placeKeys } from '../cache/places.js';
-import { admitRun } from '../runs/admission.js';
+import { admitRun, type WithRun } from '../runs/admission.js';
 import type { RunClass } from '../runs/lifecycle.js';
 import { getRun, newRunId, type NewRun, type RunConfig, type RunRow } from '../runs/store.js';
 import type { ServerSettings } from '../settings.js';
@@ -108,14 +108,20 @@ export async function newRunOf(ctx: RouteContext, who: Principal, request: RunRe
   };
 }
 
-/** Admits a queued (or scheduled) run, or throws its refusal. */
-export async function admitQueued(ctx: RouteContext, who: Principal, newRun: NewRun): Promise<RunRow> {
+/** Admits a queued (or scheduled) run, or throws its refusal. `withRun` writes more in its transaction. */
+export async function admitQueued(
+  ctx: RouteContext,
+  who: Principal,
+  newRun: NewRun,
+  withRun?: WithRun,
+): Promise<RunRow> {
   const admission = await admitRun(
     ctx.db,
     who,
     newRun,
     ctx.limitsFor(who.tenant),
     ctx.settings.statementTimeoutMs,
+    withRun,
   );
   if (!admission.ok) throw refusalError(admission.refusal);
   if (newRun.schedule === undefined) ctx.executor.notify();

@@ -35,15 +35,23 @@ export async function admitRun(
   run: NewRun,
   limits: TenantLimits,
   lockWaitMs = 15_000,
+  withRun?: WithRun,
 ): Promise<Admission> {
-  return inTurn(db, who.tenant, lockWaitMs, () => admitLocked(db, who, run, limits));
+  return inTurn(db, who.tenant, lockWaitMs, () => admitLocked(db, who, run, limits, withRun));
 }
+
+/**
+ * Written in the admitting transaction after the run (a trigger's delivery or tick row): when it
+ * throws, the run is not created either.
+ */
+export type WithRun = (tx: { query: Database['query'] }, run: RunRow) => Promise<void>;
 
 async function admitLocked(
   db: Database,
   who: Principal,
   run: NewRun,
   limits: TenantLimits,
+  withRun?: WithRun,
 ): Promise<Admission> {
   return db.transaction(async (tx) => {
     await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [`sluice:tenant:${who.tenant}`]);
@@ -145,7 +153,9 @@ async function admitLocked(
       );
       if (kept.rows.length === 0) return refuse({ kind: 'thread', threadId: run.threadId });
     }
-    return { ok: true as const, run: await insertRun(tx, who, run) };
+    const inserted = await insertRun(tx, who, run);
+    await withRun?.(tx, inserted);
+    return { ok: true as const, run: inserted };
   });
 }
 

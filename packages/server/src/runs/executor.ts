@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Database } from '@sluice/postgres/database';
 import { RunTimeoutError, type Agent, type ToolEvent } from 'sluice';
 import type { SluiceConfig } from '../config.js';
-import { agentFor } from '../config.js';
+import { agentFor, checkClasses, workloadOf } from '../config.js';
 import type { ServerSettings } from '../settings.js';
 import type { RunEvents } from './events.js';
 import { answerOf, chatMessages, publicMessage, toChatMessage } from './agent-io.js';
@@ -64,6 +64,8 @@ export class Executor {
     events: RunEvents,
     private readonly log: Log = () => undefined,
   ) {
+    // A config built without defineConfig is checked here, before any worker starts.
+    checkClasses(config);
     events.on((event) => {
       if (event.kind === 'cancel') this.stop(event.id, 'cancel');
       // A queued run of that thread may go now.
@@ -123,6 +125,8 @@ export class Executor {
         : undefined;
     try {
       const history = run.thread_id === null ? [] : await historyOf(this.db, run.thread_id);
+      // Each class's provider requests go in its workload of the agent's limiter (config.classes).
+      const workload = workloadOf(this.config, run.class, agent);
       const result = await (agent as Agent<string>).run({
         prompt: chatMessages(run.input),
         history: history.map(toChatMessage),
@@ -134,6 +138,7 @@ export class Executor {
           turnTimeoutMs: config.turn_timeout_ms,
         },
         events: { onText: listener?.onText, onTool: listener?.onTool },
+        ...(workload === undefined ? {} : { concurrency: { workload } }),
       });
       // An agent that gives no conversation back (a stand-in in a config) answers with its text.
       const text = Array.isArray(result.messages) ? answerOf(run.input, result.messages) : result.text;

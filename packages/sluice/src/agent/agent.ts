@@ -166,6 +166,18 @@ export class Agent<W extends string = never> {
     }
   }
 
+  /**
+   * Checks a workload a run of this agent may ask for (`run({ concurrency: { workload } })`)
+   * before any run does, and returns it as its limiter names it: a `ConcurrencyConfigError` when
+   * the limiter lacks it. Undefined for an agent without a limiter of its own, whose runs take
+   * no slots (or their parent run's): there is no workload to choose.
+   */
+  checkWorkload(workload: string): W | undefined {
+    const limiter = this.#options.concurrency?.limiter;
+    if (!limiter) return undefined;
+    return limiter.validateWorkload ? limiter.validateWorkload(workload) : (workload as W);
+  }
+
   /** Runs the agent to its final answer. */
   async run<T = unknown>(options: RunOptions<W>): Promise<RunResult<T>> {
     return this.#start(options, undefined) as Promise<RunResult<T>>;
