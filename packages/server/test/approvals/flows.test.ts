@@ -2,7 +2,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ProviderStandIn } from '@sluice/testkit';
 import { until, type Body } from '../helpers.js';
 import { openStream } from '../held/sse.js';
-import { answerAll, bankProvider, startApprovalServer, type ApprovalServer, type ToolLog } from './harness.js';
+import {
+  answerAll,
+  bankProvider,
+  startApprovalServer,
+  type ApprovalServer,
+  type ToolLog,
+} from './harness.js';
 
 // One server for the file: every test makes runs of its own.
 let s: ApprovalServer;
@@ -124,10 +130,13 @@ describe('approvals over HTTP', () => {
     expect(refused.body.error.code).toBe('agent_run_concurrency_limit');
     const done = await resume(paused.id, { approvals: answerAll(paused, true) }, member);
     expect(done.status).toBe(200);
-    expect(done.body).toMatchObject({ status: 'succeeded', output: { text: 'Checking. told: sent 11 | balance 900' } });
-    expect((await s.call('POST', `/agents/runs/${filler.body.id}/cancel`, undefined, member)).body.status).toBe(
-      'canceled',
-    );
+    expect(done.body).toMatchObject({
+      status: 'succeeded',
+      output: { text: 'Checking. told: sent 11 | balance 900' },
+    });
+    expect(
+      (await s.call('POST', `/agents/runs/${filler.body.id}/cancel`, undefined, member)).body.status,
+    ).toBe('canceled');
   });
 
   it('a paused run can be canceled; it cannot be resumed after', async () => {
@@ -165,7 +174,11 @@ describe('approvals over HTTP', () => {
 
     // Paused again; on_busy cancel cancels the paused run and the new run proceeds.
     const second = await pause('pay 200', { thread_id: thread });
-    const next = await s.call('POST', '/agents/echo/runs', { input: 'hi', thread_id: thread, on_busy: 'cancel' });
+    const next = await s.call('POST', '/agents/echo/runs', {
+      input: 'hi',
+      thread_id: thread,
+      on_busy: 'cancel',
+    });
     expect(next.status).toBe(200);
     expect(next.body.status).toBe('succeeded');
     expect((await s.call('GET', `/agents/runs/${second.id}`)).body.status).toBe('canceled');
@@ -179,8 +192,17 @@ describe('approvals over HTTP', () => {
     expect(stream.status).toBe(200);
     const events = await stream.rest();
     const names = events.map((e) => e.event).filter((n) => n !== 'message.delta');
-    expect(names).toEqual(['run.created', 'run.started', 'tool.started', 'tool.completed', 'run.requires_action']);
-    expect(events.filter((e) => e.event.startsWith('tool.')).map((e) => e.data.name)).toEqual(['lookup', 'lookup']);
+    expect(names).toEqual([
+      'run.created',
+      'run.started',
+      'tool.started',
+      'tool.completed',
+      'run.requires_action',
+    ]);
+    expect(events.filter((e) => e.event.startsWith('tool.')).map((e) => e.data.name)).toEqual([
+      'lookup',
+      'lookup',
+    ]);
     const last = events.at(-1)!.data as Body;
     expect(last).toMatchObject({
       status: 'requires_action',

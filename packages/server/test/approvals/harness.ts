@@ -81,7 +81,9 @@ export async function startApprovalServer(options: {
   databaseUrl?: string;
   tenants?: SluiceConfig['tenants'];
 }): Promise<ApprovalServer> {
-  const dir = options.databaseUrl ? mkdtempSync(join(tmpdir(), 'sluice-approvals-')) : await preparedDataDir();
+  const dir = options.databaseUrl
+    ? mkdtempSync(join(tmpdir(), 'sluice-approvals-'))
+    : await preparedDataDir();
   const server = await serve({
     config: defineConfig({ agents: bankAgents(options.provider, options.log), tenants: options.tenants }),
     port: 0,
