@@ -63,6 +63,8 @@ export class ApprovalGate {
 
   /** Looks at a finished answer of the model; resolves once every call of it is decided. */
   async consider(message: AssistantMessage): Promise<void> {
+    // A failed or aborted turn runs no tools: the run ends with its failure, not a pause.
+    if (message.stopReason === 'error' || message.stopReason === 'aborted') return;
     for (const call of message.content) {
       if (call.type !== 'toolCall') continue;
       const needs = this.#tools.get(call.name)?.needsApproval;
