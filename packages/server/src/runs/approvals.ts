@@ -10,6 +10,9 @@ import { full, type RunRow } from './store.js';
  * compare-and-set: of two resumes at once, one moves it), and ends like any run.
  */
 
+/** A reason goes to the model as a tool result: a note, not a document. */
+export const MAX_REASON_CHARS = 4_000;
+
 /** What an API client answers for one pending call. */
 export interface Approval {
   tool_call_id: string;
@@ -91,10 +94,11 @@ export function checkApprovals(run: RunRow, approvals: unknown): Approval[] {
       throw badRequest(`Expected \`${at}.approved\` to be true or false, got \`${shown(approved)}\``, {
         field: `${at}.approved`,
       });
-    if (reason !== undefined && typeof reason !== 'string')
-      throw badRequest(`Expected \`${at}.reason\` to be a string, got \`${shown(reason)}\``, {
-        field: `${at}.reason`,
-      });
+    if (reason !== undefined && (typeof reason !== 'string' || reason.length > MAX_REASON_CHARS))
+      throw badRequest(
+        `Expected \`${at}.reason\` to be a string of at most ${MAX_REASON_CHARS} characters, got \`${shown(reason)}\``,
+        { field: `${at}.reason`, limit_value: MAX_REASON_CHARS },
+      );
   });
   const missing = ids.filter((id) => !seen.has(id));
   if (missing.length > 0) {
