@@ -24,7 +24,16 @@ export type {
   WorkloadOptions,
 } from './concurrency/index.js';
 export { createAgent, Agent } from './agent/agent.js';
-export type { AgentOptions, RunOptions, RunResult, RunUsage } from './agent/agent.js';
+export type {
+  AgentOptions,
+  CompletedRun,
+  PausedRun,
+  ResumeOptions,
+  RunOptions,
+  RunResult,
+  RunUsage,
+} from './agent/agent.js';
+export type { PausedState, PendingToolCall, ToolDecision } from './agent/approvals.js';
 export type { ChatMessage } from './agent/conversation.js';
 export type { ToolEvent } from './agent/run-events.js';
 export { RepairLimitError, RunTimeoutError } from './agent/errors.js';

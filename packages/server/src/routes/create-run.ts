@@ -4,9 +4,9 @@ import { requireRole } from '../http/auth.js';
 import { HttpError, badRequest, notFound, shown } from '../http/errors.js';
 import { checkInput } from '../http/limits.js';
 import { MAX_DELAY_SECONDS, agentParams, createRunBody } from '../http/schemas.js';
-import { isFinal, type RunClass } from '../runs/lifecycle.js';
+import { isSettled, type RunClass } from '../runs/lifecycle.js';
 import { toApiRun, type NewRun, type RunRow } from '../runs/store.js';
-import type { OnBusy } from '../threads/hold.js';
+import { clearPausedThread, type OnBusy } from '../threads/hold.js';
 import type { RouteContext } from './context.js';
 import { streamRun } from './stream-run.js';
 import {
@@ -112,6 +112,13 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
       });
       const gone = clientGone(reply);
       if (!held) {
+        if (newRun.threadId !== undefined) {
+          await clearPausedThread(ctx, {
+            thread: { id: newRun.threadId, tenant: who.tenant },
+            who,
+            onBusy: body.on_busy ?? 'wait',
+          });
+        }
         if (schedule !== undefined || !wait) {
           return reply.status(202).send(toApiRun(await admitQueued(ctx, who, newRun)));
         }
@@ -125,7 +132,7 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
             run: toApiRun(current),
           });
         if (current.error?.type === 'interrupted') throw interruptedError(current);
-        return reply.status(isFinal(current.status) ? 200 : 202).send(toApiRun(current));
+        return reply.status(isSettled(current.status) ? 200 : 202).send(toApiRun(current));
       }
       const { run, release } = await admitHeld(ctx, who, newRun, { onBusy: body.on_busy, signal: gone });
       // Once the run executes (execute registers it at once), a client that is already gone
@@ -151,7 +158,7 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
           run: toApiRun(final),
         });
       }
-      return reply.status(isFinal(final.status) ? 200 : 202).send(toApiRun(final));
+      return reply.status(isSettled(final.status) ? 200 : 202).send(toApiRun(final));
     },
   );
 }

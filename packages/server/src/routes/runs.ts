@@ -8,12 +8,14 @@ import { isFinal, runStatuses, type RunClass } from '../runs/lifecycle.js';
 import { decodeCursor, encodeCursor, getRun, listRuns, queueCounts, toApiRun } from '../runs/store.js';
 import type { RouteContext } from './context.js';
 import { createRunRoute } from './create-run.js';
+import { resumeRoute } from './resume.js';
 import { clientGone } from './submit.js';
 
 export function runRoutes(api: FastifyInstance, ctx: RouteContext): void {
   const { db, settings } = ctx;
 
   createRunRoute(api, ctx);
+  resumeRoute(api, ctx);
 
   api.get('/agents/runs/queue', { schema: { summary: "The tenant's queues" } }, async (request) => {
     const who = request.principal;

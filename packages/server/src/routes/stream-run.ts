@@ -59,7 +59,14 @@ export class EventStream {
   }
 }
 
-const finalEvent = { succeeded: 'run.completed', failed: 'run.failed', canceled: 'run.canceled' } as const;
+// A run that pauses for approvals ends its stream too: `run.requires_action` carries the
+// pending calls, and the rest of the run is had by resuming it.
+const finalEvent = {
+  succeeded: 'run.completed',
+  failed: 'run.failed',
+  canceled: 'run.canceled',
+  requires_action: 'run.requires_action',
+} as const;
 
 /**
  * Executes an admitted inline run here and streams it: `run.created`, `run.started`, then its

@@ -6,7 +6,7 @@ import type { RunClass } from '../runs/lifecycle.js';
 import { getRun, newRunId, type NewRun, type RunConfig, type RunRow } from '../runs/store.js';
 import type { ServerSettings } from '../settings.js';
 import type { Principal } from '../store/tokens.js';
-import { holdThread, type OnBusy } from '../threads/hold.js';
+import { holdThread, threadRequiresAction, type OnBusy } from '../threads/hold.js';
 import { getThread, threadLeaseMs, unlockThread } from '../threads/store.js';
 import type { RouteContext } from './context.js';
 
@@ -184,6 +184,7 @@ export async function admitHeld(
       if (!lock.ok) {
         if ('missing' in lock) throw notFound(`No thread \`${shown(threadId)}\``);
         if ('closed' in lock) throw draining();
+        if ('requiresAction' in lock) throw threadRequiresAction(threadId, lock.requiresAction);
         if ('forbidden' in lock) {
           throw new HttpError(
             403,

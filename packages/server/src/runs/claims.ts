@@ -5,13 +5,15 @@ import { full, type RunRow } from './store.js';
 /**
  * How queue workers take their next run. SKIP LOCKED keeps workers of every process apart. A
  * run of a thread is taken only with its thread: when the thread is held (or a run of it was
- * queued earlier) the run keeps its place and the claim moves on to the next one.
+ * queued earlier) the run keeps its place and the claim moves on to the next one. A resumed
+ * run holds its thread already: it kept it while paused.
  */
 
 /** A queued run that may go now as far as its thread is concerned (none, or free for it). */
 const threadAllows = `(r.thread_id IS NULL OR (NOT (r.thread_id = ANY($1::text[]))
   AND NOT EXISTS (SELECT 1 FROM agent_runs q WHERE q.thread_id = r.thread_id AND q.status = 'queued' AND q.seq < r.seq)
-  AND NOT EXISTS (SELECT 1 FROM threads t WHERE t.id = r.thread_id AND ${threadHeld('t')})))`;
+  AND NOT EXISTS (SELECT 1 FROM threads t WHERE t.id = r.thread_id AND t.active_run_id IS DISTINCT FROM r.id
+                  AND ${threadHeld('t')})))`;
 
 interface Candidate {
   id: string;

@@ -1,12 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import type { Database } from '@sluice/postgres/database';
-import { RunTimeoutError, type Agent, type ToolEvent } from 'sluice';
+import { RunTimeoutError, type Agent, type RunResult, type ToolEvent } from 'sluice';
 import type { SluiceConfig } from '../config.js';
 import { agentFor, checkClasses, workloadOf } from '../config.js';
 import type { ServerSettings } from '../settings.js';
 import type { RunEvents } from './events.js';
 import { answerOf, chatMessages, publicMessage, toChatMessage } from './agent-io.js';
 import { historyOf, newThreadMessages, threadLeaseMs } from '../threads/store.js';
+import { pauseRun, resumption, type Pause } from './approvals.js';
 import { claimDefaultRun, claimDeferredRun } from './claims.js';
 import { finishRun, getRun, runsToStop, type Outcome, type RunRow } from './store.js';
 import type { RunWaiters } from './waiters.js';
@@ -109,7 +110,7 @@ export class Executor {
   }
 
   /** The agent's result as an outcome to write; undefined when someone else has ended the run. */
-  async #run(run: RunRow, signal: AbortSignal, listener?: RunListener): Promise<Outcome | undefined> {
+  async #run(run: RunRow, signal: AbortSignal, listener?: RunListener): Promise<Outcome | Pause | undefined> {
     const agent = agentFor(this.config, run.tenant, run.agent);
     if (!agent) {
       return {
@@ -127,8 +128,7 @@ export class Executor {
       const history = run.thread_id === null ? [] : await historyOf(this.db, run.thread_id);
       // Each class's provider requests go in its workload of the agent's limiter (config.classes).
       const workload = workloadOf(this.config, run.class, agent);
-      const result = await (agent as Agent<string>).run({
-        prompt: chatMessages(run.input),
+      const options = {
         history: history.map(toChatMessage),
         signal,
         timeoutMs: heldTimeout ?? this.settings.maxDurationMs,
@@ -139,7 +139,18 @@ export class Executor {
         },
         events: { onText: listener?.onText, onTool: listener?.onTool },
         ...(workload === undefined ? {} : { concurrency: { workload } }),
-      });
+      };
+      const result = run.resuming
+        ? await this.#resume(agent as Agent<string>, run, options)
+        : await (agent as Agent<string>).run({ prompt: chatMessages(run.input), ...options });
+      if (result.status === 'requires_action') {
+        return {
+          status: 'requires_action',
+          pending: result.pendingToolCalls,
+          state: result.state,
+          usage: result.usage,
+        };
+      }
       // An agent that gives no conversation back (a stand-in in a config) answers with its text.
       const text = Array.isArray(result.messages) ? answerOf(run.input, result.messages) : result.text;
       return {
@@ -196,17 +207,31 @@ export class Executor {
     }
   }
 
+  /** Continues a paused run from its stored state with the answers its resume gave. */
+  async #resume(
+    agent: Agent<string>,
+    run: RunRow,
+    options: Omit<Parameters<Agent<string>['resume']>[0], 'paused' | 'decisions'>,
+  ): Promise<RunResult> {
+    const from = await resumption(this.db, run.id);
+    if (!from) throw new Error(`run ${run.id} was resumed but its paused state is gone`);
+    if (typeof agent.resume !== 'function') throw new Error(`the agent \`${run.agent}\` cannot resume runs`);
+    return agent.resume({ ...options, ...from });
+  }
+
   /**
    * Writes the outcome. A database that is away is tried again with backoff for as long as the
    * run could still be ours (until peers would declare it lost): the result is not given up
    * for a blip, and a write that fails is never turned into a different outcome.
    */
-  async #persist(run: RunRow, outcome: Outcome): Promise<RunRow | undefined> {
+  async #persist(run: RunRow, outcome: Outcome | Pause): Promise<RunRow | undefined> {
     const deadline = Date.now() + this.settings.nodeStaleMs;
     for (let delay = 100; ; delay = Math.min(delay * 2, 2_000)) {
       try {
         return (
-          (await finishRun(this.db, run.id, this.node, outcome)) ??
+          (outcome.status === 'requires_action'
+            ? await pauseRun(this.db, run.id, this.node, outcome)
+            : await finishRun(this.db, run.id, this.node, outcome)) ??
           (await getRun(this.db, run.tenant, run.id))
         );
       } catch (error) {

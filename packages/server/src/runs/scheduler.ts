@@ -92,7 +92,8 @@ export async function expireRuns(db: Database, maxWaitMs: number): Promise<numbe
     `UPDATE agent_runs SET status = 'failed', finished_at = clock_timestamp(),
        error = jsonb_build_object('type', 'expired', 'message', 'the run was not started within AGENT_DEFERRED_MAX_WAIT_MS')
      WHERE id IN (SELECT id FROM agent_runs
-                  WHERE ((status = 'queued' AND class = 'deferred') OR status = 'scheduled')
+                  -- A resumed run (approvals given) is accepted work: it never expires.
+                  WHERE ((status = 'queued' AND class = 'deferred' AND approvals IS NULL) OR status = 'scheduled')
                     AND coalesce(scheduled_for, created_at) < clock_timestamp() - $1::float8 * interval '1 millisecond'
                   LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)
      RETURNING id`,

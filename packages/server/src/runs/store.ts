@@ -37,12 +37,17 @@ export interface RunRow {
   api_request: Record<string, unknown> | null;
   /** Microseconds since the epoch: the page cursor's first half. */
   created_us: string;
+  /** While paused: the calls waiting for a person (see runs/approvals.ts). */
+  required_action: { type: 'approve_tool_calls'; tool_calls: unknown[] } | null;
+  /** Resumed after a pause and not finished: the executor continues it from its paused state. */
+  resuming: boolean;
 }
 
 const summary = `id, tenant, project, user_id, agent, class, mode, status, error, metadata, usage,
   (extract(epoch FROM created_at))::float8 AS created_at, (extract(epoch FROM started_at))::float8 AS started_at,
   (extract(epoch FROM finished_at))::float8 AS finished_at, (extract(epoch FROM scheduled_for))::float8 AS scheduled_for,
-  callback_url, worker, thread_id, config, api_request, (extract(epoch FROM created_at) * 1000000)::bigint::text AS created_us`;
+  callback_url, worker, thread_id, config, api_request, (extract(epoch FROM created_at) * 1000000)::bigint::text AS created_us,
+  required_action, approvals IS NOT NULL AS resuming`;
 export const full = `${summary}, input, output`;
 
 const runIdPattern = /^run_[0-9a-f]{24}$/;
@@ -66,6 +71,7 @@ export function toApiRun(run: RunRow) {
     finished_at: run.finished_at === null ? null : Math.floor(run.finished_at),
     scheduled_for: run.scheduled_for === null ? null : Math.floor(run.scheduled_for),
     thread_id: run.thread_id,
+    ...(run.required_action ? { required_action: run.required_action } : {}),
   };
 }
 export type ApiRun = ReturnType<typeof toApiRun>;

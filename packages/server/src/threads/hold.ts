@@ -1,11 +1,24 @@
 import type { Database } from '@sluice/postgres/database';
+import { HttpError } from '../http/errors.js';
 import { cancelRun, mayCancel } from '../runs/cancel.js';
 import type { Executor } from '../runs/executor.js';
 import { getRun } from '../runs/store.js';
 import type { RunWaiters } from '../runs/waiters.js';
-import { lockThread, type LockAttempt } from './store.js';
+import { getThread, lockThread, type LockAttempt } from './store.js';
 
 export type OnBusy = 'wait' | 'cancel';
+
+/** A thread's attempt, or: its run waits for a person (named), so waiting for it is pointless. */
+export type HoldAttempt = LockAttempt | { ok: false; requiresAction: string };
+
+/** The 409 of a new run on a thread whose run waits in requires_action. */
+export const threadRequiresAction = (threadId: string, runId: string) =>
+  new HttpError(
+    409,
+    'thread_requires_action',
+    `Thread ${threadId} waits for approvals on run ${runId}: resume that run, or send \`on_busy: "cancel"\` to cancel it`,
+    { thread_id: threadId, active_run_id: runId },
+  );
 
 /** How often a waiting caller tries the thread again when no notification came. */
 const RETRY_MS = 1_000;
@@ -14,7 +27,8 @@ const RETRY_MS = 1_000;
  * Takes a thread for a held run that is about to be admitted under `runId`, waiting while
  * another run holds it, at most `waitMs`. With `onBusy: 'cancel'` the holder is asked to stop
  * first, and asked again every second while the caller waits (a run that had not started yet
- * when first asked, or a run that took the thread meanwhile, is stopped too).
+ * when first asked, or a run that took the thread meanwhile, is stopped too). A holder paused
+ * in requires_action may wait for hours: without `'cancel'` the caller is told at once.
  */
 export async function holdThread(
   deps: { db: Database; executor: Executor; waiters: RunWaiters },
@@ -28,13 +42,17 @@ export async function holdThread(
     leaseMs: number;
     signal?: AbortSignal;
   },
-): Promise<LockAttempt> {
+): Promise<HoldAttempt> {
   const { db, waiters } = deps;
   const deadline = Date.now() + request.waitMs;
   let askedAt = Number.NEGATIVE_INFINITY;
   for (;;) {
     const attempt = await lockThread(db, request.thread, request.runId, request.leaseMs);
     if (attempt.ok || !('activeRunId' in attempt)) return attempt;
+    if (request.onBusy !== 'cancel' && attempt.activeRunId !== null) {
+      const active = await getRun(db, request.thread.tenant, attempt.activeRunId);
+      if (active?.status === 'requires_action') return { ok: false, requiresAction: active.id };
+    }
     if (request.onBusy === 'cancel' && attempt.activeRunId !== null && Date.now() - askedAt >= RETRY_MS) {
       // Asked before the deadline is looked at: even with no time to wait, the holder is stopped
       // (a local one has ended when this returns), and the thread is tried again at once.
@@ -57,4 +75,29 @@ export async function holdThread(
     // Draining: no more waiting (and no spinning on a wait that returns at once).
     if (waited === 'closed') return { ok: false, closed: true };
   }
+}
+
+/**
+ * For a run that is queued on a thread rather than held for it: a thread whose run waits for a
+ * person refuses it at once (it would wait behind the pause), unless `onBusy` is `'cancel'`,
+ * which cancels the paused run first (under the cancel rule).
+ */
+export async function clearPausedThread(
+  deps: { db: Database; executor: Executor; waiters: RunWaiters },
+  request: { thread: { id: string; tenant: string }; who: { project: string; role: string }; onBusy: OnBusy },
+): Promise<void> {
+  const thread = await getThread(deps.db, request.thread.tenant, request.thread.id);
+  if (thread?.status !== 'requires_action' || thread.active_run_id === null) return;
+  if (request.onBusy !== 'cancel') throw threadRequiresAction(thread.id, thread.active_run_id);
+  const active = await getRun(deps.db, request.thread.tenant, thread.active_run_id);
+  if (!active) return;
+  if (!mayCancel(request.who, active)) {
+    throw new HttpError(
+      403,
+      'permission_denied',
+      `Thread ${thread.id} waits on run ${active.id} of another project; \`on_busy: "cancel"\` needs an admin token to cancel it`,
+      { thread_id: thread.id, active_run_id: active.id },
+    );
+  }
+  await cancelRun(deps, active, { confirmMs: 0 });
 }

@@ -1,5 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { runAgentLoop, type AgentEvent, type AgentMessage } from '@mariozechner/pi-agent-core';
+import {
+  runAgentLoop,
+  runAgentLoopContinue,
+  type AgentEvent,
+  type AgentMessage,
+} from '@mariozechner/pi-agent-core';
 import type { AssistantMessage, Message } from '@mariozechner/pi-ai';
 import type { Clock } from '../concurrency/clock.js';
 import { ConcurrencyConfigError, ConcurrencyError, type RequestLineage } from '../concurrency/errors.js';
@@ -7,8 +12,18 @@ import type { ConcurrencyEventListener } from '../concurrency/events.js';
 import type { ConcurrencyLimiter } from '../concurrency/limiter.js';
 import { withLineage } from '../concurrency/slot.js';
 import { resolveCredentials, resolveModel, type Credential, type ModelSpec } from '../models/model.js';
+import {
+  ApprovalGate,
+  checkDecisions,
+  checkPausedState,
+  decidedResults,
+  pausedState,
+  type PausedState,
+  type PendingToolCall,
+  type ToolDecision,
+} from './approvals.js';
 import { compactMessages } from './compaction.js';
-import { toConversation, type ChatMessage, type Conversation } from './conversation.js';
+import { resumedHistory, toConversation, type ChatMessage, type Conversation } from './conversation.js';
 import {
   duration,
   resolveRuntimeOptions,
@@ -95,15 +110,50 @@ export interface RunUsage {
   requests: number;
 }
 
-export interface RunResult<T = unknown> {
+/**
+ * Continues a run that paused for approvals. It gets the agent's tools and bounds as any run
+ * does, and a time budget of its own (`timeoutMs` starts again: the pause is not counted).
+ */
+export interface ResumeOptions<W extends string> extends Omit<RunOptions<W>, 'prompt'> {
+  /** The paused run's `state`, as it came (or as JSON that was stored and read back). */
+  paused: PausedState;
+  /** One decision for each pending call, no more. */
+  decisions: readonly ToolDecision[];
+}
+
+interface RunOutcome {
+  /** The answer; when paused, the text the model said before its calls. */
   text: string;
-  /** The conversation of this run: the prompt, the assistant turns and the tool results (not `history`). */
+  /**
+   * The conversation of this run: the prompt, the assistant turns and the tool results (not
+   * `history`). A resumed run's messages begin with those of the run before its pause.
+   */
   messages: unknown[];
+  /** What the whole run spent, across its pauses. */
   usage: RunUsage;
   runId: string;
+}
+
+/** A run that reached its final answer. */
+export interface CompletedRun<T = unknown> extends RunOutcome {
+  status: 'completed';
   /** The final answer parsed and checked against `run({ schema })`; undefined without a schema. */
   data: T;
 }
+
+/**
+ * A run that stopped because the model called tools marked `needsApproval`. It holds nothing
+ * (no slot, no timer): give `state` and the decisions to `agent.resume()`. The calls of the
+ * same turn that needed no approval have run already; their results are in `messages`.
+ */
+export interface PausedRun extends RunOutcome {
+  status: 'requires_action';
+  data: undefined;
+  pendingToolCalls: PendingToolCall[];
+  state: PausedState;
+}
+
+export type RunResult<T = unknown> = CompletedRun<T> | PausedRun;
 
 /**
  * A failed or cancelled run still consumed tokens: its error carries `usage` (what the provider
@@ -134,6 +184,8 @@ function usageOf(messages: readonly AgentMessage[], requests: number): RunUsage 
 /** What `#start` checked and worked out of a run's options, for `#run`. */
 interface RunPlan {
   readonly conversation: Conversation;
+  /** Set when the run goes on after a pause. */
+  readonly resume?: { state: PausedState; decisions: Map<string, ToolDecision> };
   readonly bounds: ResolvedRuntimeOptions['bounds'];
   readonly forward: (event: AgentEvent) => void;
 }
@@ -184,6 +236,15 @@ export class Agent<W extends string = never> {
   }
 
   /**
+   * Continues a paused run (`result.status === 'requires_action'`) with a decision for each
+   * pending call: approved calls run, declined ones become a result that tells the model, and
+   * the run goes on. It may pause again. Give the same `history` as the first run had.
+   */
+  async resume<T = unknown>(options: ResumeOptions<W>): Promise<RunResult<T>> {
+    return this.#start(options, undefined) as Promise<RunResult<T>>;
+  }
+
+  /**
    * Runs the agent like `run`, giving the answer's text as it streams. Iterate for the text
    * deltas (of every assistant turn); `result` resolves like `run()`.
    *
@@ -221,13 +282,28 @@ export class Agent<W extends string = never> {
     };
   }
 
-  async #start(options: RunOptions<W>, onText: ((delta: string) => void) | undefined): Promise<RunResult> {
+  async #start(
+    options: RunOptions<W> | ResumeOptions<W>,
+    onText: ((delta: string) => void) | undefined,
+  ): Promise<RunResult> {
     // Everything the caller gave is checked before a slot is asked for or a request sent.
-    const conversation = toConversation(
-      { instructions: this.#options.instructions, prompt: options?.prompt, history: options?.history },
-      this.#model,
-      this.#runtime.clock.now(),
-    );
+    let conversation: Conversation;
+    let resume: RunPlan['resume'];
+    if ('paused' in options) {
+      const state = checkPausedState(options.paused);
+      resume = { state, decisions: checkDecisions(state.pending, options.decisions) };
+      conversation = {
+        systemPrompt: state.systemPrompt,
+        history: resumedHistory(options.history, this.#model, this.#runtime.clock.now()),
+        prompts: [],
+      };
+    } else {
+      conversation = toConversation(
+        { instructions: this.#options.instructions, prompt: options?.prompt, history: options?.history },
+        this.#model,
+        this.#runtime.clock.now(),
+      );
+    }
     const bounds = runBounds(this.#runtime.bounds, options.bounds);
     const events = checkRunEvents(options.events);
     const timeoutMs =
@@ -250,14 +326,20 @@ export class Agent<W extends string = never> {
     });
     try {
       const forward = forwardRunEvents(events, onText);
-      return await runScope.run(scope, () => this.#run(scope, options, { conversation, bounds, forward }));
+      return await runScope.run(scope, () =>
+        this.#run(scope, options, { conversation, bounds, forward, resume }),
+      );
     } finally {
       close();
     }
   }
 
   /** The run's limiter and workload, checked before anything is sent. */
-  #concurrencyOf(options: RunOptions<W>, parent: RunScope | undefined, lineage: RequestLineage) {
+  #concurrencyOf(
+    options: Pick<RunOptions<W>, 'concurrency'>,
+    parent: RunScope | undefined,
+    lineage: RequestLineage,
+  ) {
     const own = this.#options.concurrency?.limiter as ConcurrencyLimiter<string> | undefined;
     const limiter = own ?? parent?.limiter;
     // A child on its parent's limiter keeps its parent's workload unless the run picks one:
@@ -285,10 +367,12 @@ export class Agent<W extends string = never> {
     return { limiter, workload };
   }
 
-  async #run(scope: RunScope, options: RunOptions<W>, plan: RunPlan): Promise<RunResult> {
-    const { conversation, bounds, forward } = plan;
+  async #run(scope: RunScope, options: Pick<RunOptions<W>, 'schema'>, plan: RunPlan): Promise<RunResult> {
+    const { conversation, bounds, forward, resume } = plan;
     const { compaction, clock } = this.#runtime;
-    const tools = toAgentTools((this.#options.tools ?? []) as readonly Tool<never>[], scope, bounds);
+    const own = (this.#options.tools ?? []) as readonly Tool<never>[];
+    const tools = toAgentTools(own, scope, bounds, (id) => gate.isPending(id));
+    const gate = new ApprovalGate(own, tools);
     const known = new Map(tools.map((t) => [t.name, t]));
     const repairs = new RepairCounter(this.#runtime.maxRepairs, runFields(scope));
     // Set when the provider reported an overflow: the run's own conversation is compacted
@@ -317,68 +401,117 @@ export class Agent<W extends string = never> {
     // The loop replays the prompt messages as events; an assistant one among them is input,
     // not an answer of this run.
     const prompts = new Set<unknown>(conversation.prompts);
-    const messages = await runAgentLoop(
-      conversation.prompts,
-      { systemPrompt: conversation.systemPrompt, messages: conversation.history, tools },
-      {
-        model: this.#model,
-        convertToLlm: (m) => m as Message[],
-        toolExecution: 'parallel',
-        transformContext: async (current) => {
-          const tooLarge =
-            compaction.maxChars !== undefined && JSON.stringify(current).length > compaction.maxChars;
-          if (!tooLarge && !compactNext) return current;
-          compactNext = false;
-          // A summary that fails rejects the loop, so the run ends with its failure before
-          // another request is sent.
-          return (await summarize(current as Message[])) as AgentMessage[];
-        },
-        shouldStopAfterTurn: ({ message }) => {
-          if (requests.failure) return true;
-          const problem =
-            (message as Message).role === 'assistant'
-              ? toolCallProblem(message as AssistantMessage, known)
-              : undefined;
-          return problem !== undefined && !repairs.take(problem);
-        },
-        getFollowUpMessages: async () => {
-          // The final answer: with a schema, it must be JSON that matches it.
-          if (!options.schema || requests.failure || lastAssistant?.stopReason !== 'stop') return [];
-          const check = checkAnswer(textOf(lastAssistant), options.schema);
-          data = check.ok ? check.data : undefined;
-          if (check.ok || !repairs.take(`final answer: ${check.problem}`)) return [];
-          return [
-            {
-              role: 'user',
-              content: answerCorrection(check.problem, options.schema),
-              timestamp: clock.now(),
-            },
-          ];
-        },
+    const priorRequests = resume?.state.requests ?? 0;
+    // A resumed run starts from the paused run's messages and the decided calls' results.
+    const earlier: Message[] = resume
+      ? [
+          ...(resume.state.messages as Message[]),
+          ...(await decidedResults(resume.state.pending, resume.decisions, tools, forward, () =>
+            clock.now(),
+          )),
+        ]
+      : [];
+    if (scope.signal.aborted) throw withUsage(scope.signal.reason, usageOf(earlier, priorRequests));
+    const config: Parameters<typeof runAgentLoop>[2] = {
+      model: this.#model,
+      convertToLlm: (m) => m as Message[],
+      toolExecution: 'parallel',
+      transformContext: async (current) => {
+        const tooLarge =
+          compaction.maxChars !== undefined && JSON.stringify(current).length > compaction.maxChars;
+        if (!tooLarge && !compactNext) return current;
+        compactNext = false;
+        // A summary that fails rejects the loop, so the run ends with its failure before
+        // another request is sent.
+        return (await summarize(current as Message[])) as AgentMessage[];
       },
-      (event) => {
-        if (
-          event.type === 'message_end' &&
-          (event.message as Message).role === 'assistant' &&
-          !prompts.has(event.message)
-        ) {
-          lastAssistant = event.message as AssistantMessage;
-          answered.push(lastAssistant);
-        }
-        forward(event);
+      shouldStopAfterTurn: ({ message }) => {
+        if (requests.failure) return true;
+        const problem =
+          (message as Message).role === 'assistant'
+            ? toolCallProblem(message as AssistantMessage, known)
+            : undefined;
+        // A turn with calls waiting for a person ends the loop: the run pauses.
+        return (problem !== undefined && !repairs.take(problem)) || gate.pending.length > 0;
       },
-      scope.signal,
-      requests.stream,
-    ).catch((error: unknown) => {
-      throw withUsage(error, usageOf(answered, requests.sent));
-    });
+      getFollowUpMessages: async () => {
+        // The final answer: with a schema, it must be JSON that matches it.
+        if (!options.schema || requests.failure || lastAssistant?.stopReason !== 'stop') return [];
+        const check = checkAnswer(textOf(lastAssistant), options.schema);
+        data = check.ok ? check.data : undefined;
+        if (check.ok || !repairs.take(`final answer: ${check.problem}`)) return [];
+        return [
+          {
+            role: 'user',
+            content: answerCorrection(check.problem, options.schema),
+            timestamp: clock.now(),
+          },
+        ];
+      },
+    };
+    const emit = (event: AgentEvent): Promise<void> | void => {
+      // Calls waiting for a person neither start nor end: they have not run.
+      if (
+        (event.type === 'tool_execution_start' || event.type === 'tool_execution_end') &&
+        gate.isPending(event.toolCallId)
+      )
+        return;
+      forward(event);
+      if (
+        event.type === 'message_end' &&
+        (event.message as Message).role === 'assistant' &&
+        !prompts.has(event.message)
+      ) {
+        lastAssistant = event.message as AssistantMessage;
+        answered.push(lastAssistant);
+        // The loop waits for this before it runs any call of the turn.
+        return gate.consider(lastAssistant);
+      }
+    };
+    const loop = resume
+      ? runAgentLoopContinue(
+          { systemPrompt: conversation.systemPrompt, messages: [...conversation.history, ...earlier], tools },
+          config,
+          emit,
+          scope.signal,
+          requests.stream,
+        )
+      : runAgentLoop(
+          conversation.prompts,
+          { systemPrompt: conversation.systemPrompt, messages: conversation.history, tools },
+          config,
+          emit,
+          scope.signal,
+          requests.stream,
+        );
+    const messages = [
+      ...earlier,
+      ...(await loop.catch((error: unknown) => {
+        throw withUsage(error, usageOf([...earlier, ...answered], priorRequests + requests.sent));
+      })),
+    ];
+    const sent = priorRequests + requests.sent;
     // Every failed turn's outcome carries its failure, so a turn that ended in error needs no
     // second look; a cancelled turn leaves the run's signal aborted.
     const failure = requests.failure ?? repairs.exhausted;
-    if (failure) throw withUsage(failure, usageOf(messages, requests.sent));
-    if (scope.signal.aborted) throw withUsage(scope.signal.reason, usageOf(messages, requests.sent));
+    if (failure) throw withUsage(failure, usageOf(messages, sent));
+    if (scope.signal.aborted) throw withUsage(scope.signal.reason, usageOf(messages, sent));
     const text = textOf(messages.findLast((m): m is AssistantMessage => (m as Message).role === 'assistant'));
-    return { text, messages, usage: usageOf(messages, requests.sent), runId: scope.runId, data };
+    const usage = usageOf(messages, sent);
+    if (gate.pending.length > 0) {
+      const state = pausedState(conversation.systemPrompt, messages as Message[], gate.pending, sent);
+      return {
+        status: 'requires_action',
+        text,
+        messages: state.messages,
+        usage,
+        runId: scope.runId,
+        data: undefined,
+        pendingToolCalls: state.pending,
+        state,
+      };
+    }
+    return { status: 'completed', text, messages, usage, runId: scope.runId, data };
   }
 }
 

@@ -55,15 +55,27 @@ export function toConversation(
     fail('prompt', 'a list with at least one user or assistant message', prompt);
   }
   const system = [input.instructions ?? '', ...[...earlier, ...asked].flatMap(systemText)];
-  const toMessage = (m: ChatMessage): Message =>
-    m.role === 'user'
-      ? { role: 'user', content: m.content, timestamp: now }
-      : assistantMessage(model, [{ type: 'text', text: m.content }], now);
+  const toMessage = (m: ChatMessage) => loopMessage(m, model, now);
   return {
     systemPrompt: system.filter((text) => text !== '').join('\n\n'),
     history: earlier.filter((m) => m.role !== 'system').map(toMessage),
     prompts: asked.filter((m) => m.role !== 'system').map(toMessage),
   };
+}
+
+function loopMessage(m: ChatMessage, model: Model<Api>, now: number): Message {
+  return m.role === 'user'
+    ? { role: 'user', content: m.content, timestamp: now }
+    : assistantMessage(model, [{ type: 'text', text: m.content }], now);
+}
+
+/**
+ * The earlier conversation of a resumed run. Its system texts are left out: they are in the
+ * paused run's system prompt already.
+ */
+export function resumedHistory(history: unknown, model: Model<Api>, now: number): Message[] {
+  const earlier = history === undefined ? [] : checkMessages('history', history);
+  return earlier.filter((m) => m.role !== 'system').map((m) => loopMessage(m, model, now));
 }
 
 function systemText(m: ChatMessage): string[] {

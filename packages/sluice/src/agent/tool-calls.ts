@@ -20,11 +20,14 @@ function toolResultContent(value: unknown): TextContent[] {
  * The run's tools as pi-agent-core runs them: at most `maxParallelToolCalls` at once, each
  * stopped by the run's cancellation and by `toolTimeoutMs`. A throw, a cancellation or a
  * timeout becomes an error result the model sees (pi-agent-core turns the rejection into one).
+ * A call `isPending` names waits for a person: it does not run, and its stand-in result is
+ * dropped from the run's messages when the run pauses.
  */
 export function toAgentTools(
   tools: readonly Tool<never>[],
   scope: RunScope,
   bounds: ToolCallBounds,
+  isPending: (toolCallId: string) => boolean = () => false,
 ): AgentTool[] {
   const semaphore = new Semaphore(bounds.maxParallelToolCalls);
   return tools.map((t) => ({
@@ -34,6 +37,8 @@ export function toAgentTools(
     parameters: t.jsonSchema as AgentTool['parameters'],
     execute: (toolCallId, params, signal) =>
       semaphore.run(async () => {
+        if (isPending(toolCallId))
+          return { content: toolResultContent('awaiting approval'), details: undefined };
         const result = await callTool(t, params, {
           signal: signal ?? scope.signal,
           scope,

@@ -16,6 +16,12 @@ export interface StandardSchemaLike<Output> {
   readonly '~standard': { readonly vendor: string; readonly types?: { readonly output: Output } };
 }
 
+/**
+ * A check of a call's arguments. Declared as a method so a tool with typed arguments still fits
+ * the agent's `tools` list, as `execute` does.
+ */
+export type ApprovalCheck<Args> = { check(args: Args): boolean | Promise<boolean> }['check'];
+
 export interface ToolDefinition<Args = Record<string, unknown>> {
   name: string;
   description: string;
@@ -27,6 +33,13 @@ export interface ToolDefinition<Args = Record<string, unknown>> {
    * child run.
    */
   execute(args: Args, context: ToolContext): unknown;
+  /**
+   * Whether a call waits for a person's decision first: `true`, or a check of the call's
+   * arguments (after validation). A run whose model makes such a call does not run it: it ends
+   * with `status: 'requires_action'` and the pending calls, and `agent.resume()` goes on once
+   * they are approved or declined. A check that throws counts as `true`. @default false
+   */
+  needsApproval?: boolean | ApprovalCheck<Args>;
 }
 
 export interface Tool<Args = Record<string, unknown>> extends ToolDefinition<Args> {
@@ -75,6 +88,16 @@ export function tool<Args = Record<string, unknown>>(definition: ToolDefinition<
   }
   if (typeof definition.parameters !== 'object' || definition.parameters === null) {
     throw new TypeError(`Expected \`tool.parameters\` of \`${definition.name}\` to be a JSON Schema object`);
+  }
+  const { needsApproval } = definition;
+  if (
+    needsApproval !== undefined &&
+    typeof needsApproval !== 'boolean' &&
+    typeof needsApproval !== 'function'
+  ) {
+    throw new TypeError(
+      `Expected \`tool.needsApproval\` of \`${definition.name}\` to be a boolean or a function, got \`${String(needsApproval)}\``,
+    );
   }
   if (typeof definition.execute !== 'function') {
     throw new TypeError(`Expected \`tool.execute\` of \`${definition.name}\` to be a function`);
