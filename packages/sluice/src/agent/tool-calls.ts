@@ -34,12 +34,12 @@ export function toAgentTools(
     parameters: t.jsonSchema as AgentTool['parameters'],
     execute: (toolCallId, params, signal) =>
       semaphore.run(async () => {
-        const result = await callTool(t, params, {
-          signal: signal ?? scope.signal,
-          scope,
+        const result = await scope.trace.toolCall(
+          t.name,
           toolCallId,
-          bounds,
-        });
+          () => scope.signal.aborted,
+          () => callTool(t, params, { signal: signal ?? scope.signal, scope, toolCallId, bounds }),
+        );
         return { content: toolResultContent(result), details: undefined };
       }),
   }));
