@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Database } from '@sluice/postgres/database';
 import { RunTimeoutError, type Agent, type ToolEvent } from 'sluice';
 import type { SluiceConfig } from '../config.js';
+import { traceRun } from '../ops/tracing.js';
 import { agentFor } from '../config.js';
 import type { ServerSettings } from '../settings.js';
 import type { RunEvents } from './events.js';
@@ -101,7 +102,7 @@ export class Executor {
   }
 
   async #execute(run: RunRow, signal: AbortSignal, listener?: RunListener): Promise<RunRow | undefined> {
-    const outcome = await this.#run(run, signal, listener);
+    const outcome = await traceRun(run, () => this.#run(run, signal, listener));
     if (!outcome) return getRun(this.db, run.tenant, run.id).catch(() => undefined);
     return this.#persist(run, outcome);
   }
