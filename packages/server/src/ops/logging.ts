@@ -7,7 +7,7 @@ import type { FastifyInstance, FastifyServerOptions } from 'fastify';
  * its id (`reqId`), and nothing in them that would let a reader of the logs act as a tenant or
  * read its prompts. Three layers keep secrets out:
  * - what is logged of a request is chosen (method, path, host, address), never its headers or
- *   body, and its query string is logged with the values of secret-looking keys replaced;
+ *   body, and its query string is logged with its values replaced;
  * - pino's redaction covers the paths where a secret would sit if someone logged more;
  * - every line is scrubbed on its way out of bearer tokens, Sluice token secrets, credentials in
  *   URLs and secret query values, wherever in the line a message put them.
@@ -30,27 +30,18 @@ export function requestIdOf(request: IncomingMessage): string {
   return typeof given === 'string' && SAFE_REQUEST_ID.test(given) ? given : randomUUID();
 }
 
-/** Query keys whose values are never logged. */
-const SECRET_KEY = /token|secret|key|sig|password|passwd|auth|credential|code/i;
-
-/** A request URL as logged: its query values blanked for secret-looking keys. */
+/**
+ * A request URL as logged: the path, and the query's keys with every value blanked. A query
+ * value may be a token (the WebSocket route takes `?access_token=`) or text a client typed, and
+ * the keys alone tell what was asked.
+ */
 export function loggedUrl(url: string): string {
   const mark = url.indexOf('?');
   if (mark < 0) return url;
   const query = url
     .slice(mark + 1)
     .split('&')
-    .map((pair) => {
-      const eq = pair.indexOf('=');
-      const key = eq < 0 ? pair : pair.slice(0, eq);
-      let name = key;
-      try {
-        name = decodeURIComponent(key);
-      } catch {
-        // A malformed escape is judged as written.
-      }
-      return eq >= 0 && SECRET_KEY.test(name) ? `${key}=[redacted]` : pair;
-    })
+    .map((pair) => (pair.includes('=') ? `${pair.slice(0, pair.indexOf('='))}=[redacted]` : pair))
     .join('&');
   return `${url.slice(0, mark)}?${query}`;
 }
@@ -77,31 +68,34 @@ export function scrubLine(line: string): string {
   return out;
 }
 
-/** Where a secret would sit in a logged object; pino writes `[redacted]` there instead. */
+const secretFields = [
+  'authorization',
+  'password',
+  'secret',
+  'token',
+  'signing_secret',
+  'webhook_secret',
+  'databaseUrl',
+  'redisUrl',
+  'DATABASE_URL',
+  'REDIS_URL',
+  'input',
+  'prompt',
+  'instructions',
+  'messages',
+  'body',
+];
+
+/** Where a secret would sit in a logged object (at the top or one level down); pino writes `[redacted]` there. */
 export const redactPaths = [
   'req.headers.authorization',
   'req.headers.cookie',
   'req.headers["x-api-key"]',
   'req.headers["webhook-signature"]',
   'req.headers["x-hub-signature-256"]',
-  'headers.authorization',
   'headers.cookie',
-  '*.authorization',
-  '*.password',
-  '*.secret',
-  '*.token',
-  '*.signing_secret',
-  '*.webhook_secret',
-  '*.databaseUrl',
-  '*.redisUrl',
-  '*.DATABASE_URL',
-  '*.REDIS_URL',
-  '*.input',
-  '*.prompt',
-  '*.instructions',
-  '*.messages',
-  'body',
-  '*.body',
+  ...secretFields,
+  ...secretFields.map((field) => `*.${field}`),
 ];
 
 /** What a request line says of the request: no headers, no body, the query without secrets. */
@@ -155,4 +149,31 @@ export function appLogger(
   const level = env.SLUICE_LOG_LEVEL ?? 'info';
   if (given === undefined || given === true) return loggerOptions(level);
   return loggerOptions(given.level ?? level, given as Record<string, unknown>);
+}
+
+/** The texts of a stored run input: a string, or the contents of its messages. */
+function inputTexts(input: unknown): string[] {
+  if (typeof input === 'string') return [input];
+  if (!Array.isArray(input)) return input === undefined || input === null ? [] : [JSON.stringify(input)];
+  return input.flatMap((m: { content?: unknown }) =>
+    typeof m?.content === 'string'
+      ? [m.content]
+      : Array.isArray(m?.content)
+        ? (m.content as { text?: unknown }[]).flatMap((b) => (typeof b?.text === 'string' ? [b.text] : []))
+        : [],
+  );
+}
+
+/**
+ * A failure's message with the run's input taken out, for the log. Providers quote the input
+ * back in their errors ("cannot answer ..."), whole, cut or escaped, so every word of four or
+ * more characters of the input is replaced where it appears; the rest (status, reason) stays.
+ */
+export function withoutInput(message: string, input: unknown): string {
+  const words = new Set(inputTexts(input).flatMap((text) => text.split(/[\s"'\\{}[\],:]+/)));
+  let out = message;
+  for (const word of [...words].filter((w) => w.length >= 4).sort((a, b) => b.length - a.length)) {
+    out = out.split(word).join('[input]');
+  }
+  return out;
 }

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Database } from '@sluice/postgres/database';
 import { RunTimeoutError, type Agent, type ToolEvent } from 'sluice';
 import type { SluiceConfig } from '../config.js';
+import { withoutInput } from '../ops/logging.js';
 import { traceRun } from '../ops/tracing.js';
 import { agentFor } from '../config.js';
 import type { ServerSettings } from '../settings.js';
@@ -182,7 +183,7 @@ export class Executor {
       }
       this.log('warn', 'agent failed', {
         run: run.id,
-        error: error instanceof Error ? error.message : String(error),
+        error: withoutInput(error instanceof Error ? error.message : String(error), run.input),
       });
       return {
         status: 'failed',
