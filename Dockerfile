@@ -27,8 +27,8 @@ COPY --from=build /app/packages/server/sql packages/server/sql
 COPY --from=build /app/packages/testkit/dist packages/testkit/dist
 # The embedded database (used only without DATABASE_URL) lives in /app/.sluice.
 RUN mkdir -p /app/.sluice && chown node:node /app/.sluice
-# The node image's unprivileged user (uid 1000).
-USER node
+# The node image's unprivileged user, by number, so a cluster can tell it is not root.
+USER 1000:1000
 EXPOSE 8787
 # Ready: taking work and reaching the database (the route load balancers use too).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
