@@ -13,6 +13,7 @@ import { installJsonBody } from './http/json-body.js';
 import { installProtocolHandling, protocolOptions } from './http/protocol.js';
 import { NodeUpkeep } from './node/upkeep.js';
 import { interruptRuns, leave } from './node/nodes.js';
+import { appLogger, installRequestId, requestIdOf } from './ops/logging.js';
 import { opsRoutes } from './routes/ops.js';
 import type { RouteContext } from './routes/context.js';
 import { runRoutes } from './routes/runs.js';
@@ -55,7 +56,10 @@ export interface AppOptions {
   store: Store;
   config: SluiceConfig;
   settings: ServerSettings;
-  /** Fastify's logger option (pino); default: JSON at info, or SLUICE_LOG_LEVEL. */
+  /**
+   * Fastify's logger option (pino); default: JSON at info, or SLUICE_LOG_LEVEL. Options given
+   * (a level, a stream) keep the redaction of ops/logging.ts; `false` turns logs off.
+   */
   logger?: FastifyServerOptions['logger'];
   /** Vets callback destinations; default: public http(s) addresses only, unless SLUICE_CALLBACK_ALLOW_PRIVATE. */
   checkCallbackUrl?: RouteContext['checkCallbackUrl'];
@@ -73,10 +77,8 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   const { store, config, settings } = options;
   const db = store.db;
   const fastify = Fastify({
-    logger: options.logger ?? {
-      level: process.env.SLUICE_LOG_LEVEL ?? 'info',
-      redact: { paths: ['req.headers.authorization', 'req.headers.cookie'], censor: '[redacted]' },
-    },
+    logger: appLogger(options.logger),
+    genReqId: requestIdOf,
     bodyLimit: requestLimits.bodyBytes,
     // Receiving a whole request (headers and body) may take this long; a client that trickles
     // a body is cut off. Held responses are not bounded by it.
@@ -116,6 +118,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   fastify.server.headersTimeout = Math.min(10_000, settings.requestTimeoutMs);
   const log = (level: 'info' | 'warn' | 'error', message: string, fields: object = {}) =>
     (fastify.log as FastifyBaseLogger)[level](fields, message);
+  installRequestId(fastify);
   installErrorHandling(fastify, log);
   installProtocolHandling(fastify);
 

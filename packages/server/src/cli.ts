@@ -4,6 +4,7 @@ import type { SluiceConfig } from './config.js';
 import { loadConfig, serve, type RunningServer } from './server.js';
 import { tenantSigningSecret } from './callbacks/index.js';
 import { RedisCacheStore } from './cache/redis.js';
+import { startTracing, type Tracing } from './ops/tracing.js';
 import { openStore } from './store/store.js';
 import { countTokens, createToken, listTokens, revokeToken, type Role } from './store/tokens.js';
 
@@ -22,7 +23,7 @@ async function serveCommand(args: string[]): Promise<void> {
   // Signals are taken first: a SIGTERM during a slow start (a config that starts things, a
   // database not up yet) stops the process cleanly instead of being lost or killing it
   // half-open. The handlers stay registered, and a second signal while draining changes nothing.
-  const state: { server?: RunningServer; signal?: string; stopping?: Promise<void> } = {};
+  const state: { server?: RunningServer; signal?: string; stopping?: Promise<void>; tracing?: Tracing } = {};
   // Aborted by a signal before the server is up: start-up gives up and closes what it opened.
   const starting = new AbortController();
   const stop = (signal: string) => {
@@ -35,6 +36,8 @@ async function serveCommand(args: string[]): Promise<void> {
       const interrupted = await server.drain();
       if (interrupted.length > 0)
         console.log(`Interrupted ${interrupted.length} runs that did not finish in time`);
+      // The spans of the last runs are still batched: send them before the process ends.
+      await state.tracing?.shutdown().catch((error: unknown) => console.error('trace export failed:', error));
       process.exit(0);
     })();
   };
@@ -58,6 +61,9 @@ async function serveCommand(args: string[]): Promise<void> {
   let loaded: { config: SluiceConfig; source: string };
   let server: RunningServer;
   try {
+    // Before the config loads, so spans of anything it starts are exported too; only with an
+    // OTLP endpoint set, else nothing of the SDK is loaded.
+    state.tracing = await startTracing();
     loaded = await Promise.race([loadConfig(values.config), aborted]);
     server = await serve({ config: loaded.config, port, host: values.host, signal: starting.signal });
   } catch (error) {

@@ -3,6 +3,8 @@ import type { Database } from '@sluice/postgres/database';
 import { RunTimeoutError, type Agent, type RunResult, type ToolEvent } from 'sluice';
 import type { SluiceConfig } from '../config.js';
 import { agentFor, checkClasses, workloadOf } from '../config.js';
+import { withoutInput } from '../ops/logging.js';
+import { traceRun } from '../ops/tracing.js';
 import type { ServerSettings } from '../settings.js';
 import type { RunEvents } from './events.js';
 import { answerOf, chatMessages, publicMessage, toChatMessage } from './agent-io.js';
@@ -104,7 +106,7 @@ export class Executor {
   }
 
   async #execute(run: RunRow, signal: AbortSignal, listener?: RunListener): Promise<RunRow | undefined> {
-    const outcome = await this.#run(run, signal, listener);
+    const outcome = await traceRun(run, () => this.#run(run, signal, listener));
     if (!outcome) return getRun(this.db, run.tenant, run.id).catch(() => undefined);
     return this.#persist(run, outcome);
   }
@@ -197,7 +199,7 @@ export class Executor {
       }
       this.log('warn', 'agent failed', {
         run: run.id,
-        error: error instanceof Error ? error.message : String(error),
+        error: withoutInput(error instanceof Error ? error.message : String(error), run.input),
       });
       return {
         status: 'failed',

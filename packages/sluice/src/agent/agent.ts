@@ -39,6 +39,7 @@ import { RunRequests, textOf } from './run-requests.js';
 import { openScope, runFields, runScope, type RunScope } from './scope.js';
 import { toAgentTools } from './tool-calls.js';
 import type { JsonSchema, Tool } from './tool.js';
+import { RunTrace } from './tracing.js';
 
 export interface AgentOptions<W extends string> {
   model: ModelSpec;
@@ -312,6 +313,7 @@ export class Agent<W extends string = never> {
     const runId = randomUUID();
     const lineage = { runId, rootRunId: parent?.rootRunId ?? runId, parentRunId: parent?.runId };
     const { limiter, workload } = this.#concurrencyOf(options, parent, lineage);
+    const trace = new RunTrace({ ...lineage, limiter: limiter?.name, workload, model: this.#model });
     const { scope, close } = openScope({
       runId,
       parent,
@@ -323,12 +325,18 @@ export class Agent<W extends string = never> {
       listeners: [this.#options.events?.onConcurrency, events.onConcurrency].filter(
         (l): l is ConcurrencyEventListener => l !== undefined,
       ),
+      trace,
     });
     try {
       const forward = forwardRunEvents(events, onText);
-      return await runScope.run(scope, () =>
+      const result = await runScope.run(scope, () =>
         this.#run(scope, options, { conversation, bounds, forward, resume }),
       );
+      trace.end(result.usage);
+      return result;
+    } catch (error) {
+      trace.end({ error });
+      throw error;
     } finally {
       close();
     }
@@ -450,6 +458,8 @@ export class Agent<W extends string = never> {
       },
     };
     const emit = (event: AgentEvent): Promise<void> | void => {
+      if (event.type === 'turn_start') scope.trace.turnStarted();
+      else if (event.type === 'turn_end') scope.trace.turnEnded(event.message as AssistantMessage);
       // Calls waiting for a person neither start nor end: they have not run.
       if (
         (event.type === 'tool_execution_start' || event.type === 'tool_execution_end') &&

@@ -9,6 +9,7 @@ import {
   type Model,
   type SimpleStreamOptions,
 } from '@mariozechner/pi-ai';
+import { context as otelContext } from '@opentelemetry/api';
 import { ConcurrencyError, TurnError } from '../concurrency/errors.js';
 import type { ConcurrencyEvent } from '../concurrency/events.js';
 import { acquireSlot, type HeldSlot } from '../concurrency/slot.js';
@@ -107,10 +108,19 @@ export async function sendProviderRequest(
     for (;;) {
       if (scope.signal.aborted) return cancelled();
       const requestId = randomUUID();
+      const span = scope.trace.startRequest(requestId, sent);
       let slot: HeldSlot<string> | undefined;
+      let final: AssistantMessage;
+      let attempt: Attempt;
       try {
-        slot = await takeSlot(scope, requestId);
+        const waitStart = clock.now();
+        try {
+          slot = await takeSlot(scope, requestId);
+        } finally {
+          span.slotWaited(clock.now() - waitStart);
+        }
       } catch (error) {
+        span.end();
         // The provider is never called after a concurrency failure. A budget that ran out
         // during the wait is one too: acquireSlot reports it as a timeout.
         if (error instanceof ConcurrencyError || !scope.signal.aborted) {
@@ -118,17 +128,17 @@ export async function sendProviderRequest(
         }
         return cancelled();
       }
-      sent++;
-      const apiKey = options.credentials[credential]?.apiKey ?? streamOptions?.apiKey;
-      const attempt = await streamAttempt(
-        options,
-        model,
-        context,
-        { ...streamOptions, apiKey },
-        slot,
-        forward,
-      );
-      const { final } = attempt;
+      try {
+        sent++;
+        const apiKey = options.credentials[credential]?.apiKey ?? streamOptions?.apiKey;
+        attempt = await otelContext.with(span.context, () =>
+          streamAttempt(options, model, context, { ...streamOptions, apiKey }, slot, forward),
+        );
+        final = attempt.final;
+        span.answered(final, attempt.status);
+      } finally {
+        span.end();
+      }
       // The slot goes back before the loop sees the end of the response, so before any tool runs.
       await slot?.release(
         final.stopReason === 'error' ? 'failed' : final.stopReason === 'aborted' ? 'cancelled' : 'completed',

@@ -4,6 +4,7 @@ import type { ConcurrencyEventListener } from '../concurrency/events.js';
 import type { ConcurrencyLimiter } from '../concurrency/limiter.js';
 import { RunTimeoutError, type RunErrorFields } from './errors.js';
 import { LinkedAbort, timer } from './signals.js';
+import type { RunTrace } from './tracing.js';
 
 /**
  * What a run passes to the runs its tools start: its identity, its limiter and workload,
@@ -30,6 +31,8 @@ export interface RunScope {
   readonly clock: Clock;
   /** Every listener up the tree: a parent hears its children's concurrency events. */
   readonly listeners: readonly ConcurrencyEventListener[];
+  /** The run's spans: its requests and tool calls hang under its open turn. */
+  readonly trace: RunTrace;
 }
 
 export const runScope = new AsyncLocalStorage<RunScope>();
@@ -55,6 +58,7 @@ export interface ScopeInit {
   readonly timeoutMs: number | undefined;
   readonly signal: AbortSignal | undefined;
   readonly listeners: readonly ConcurrencyEventListener[];
+  readonly trace: RunTrace;
 }
 
 /**
@@ -89,6 +93,7 @@ export function openScope(init: ScopeInit): { scope: RunScope; close(): void } {
     deadline,
     clock,
     listeners: [...(parent?.listeners ?? []), ...init.listeners],
+    trace: init.trace,
   };
   const budgetTimer = timer(clock, budget === undefined ? undefined : Math.max(0, budget), () =>
     whole.abort(new RunTimeoutError({ ...runFields(scope), timeoutMs: budget! })),

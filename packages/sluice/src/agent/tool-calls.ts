@@ -39,12 +39,12 @@ export function toAgentTools(
       semaphore.run(async () => {
         if (isPending(toolCallId))
           return { content: toolResultContent('awaiting approval'), details: undefined };
-        const result = await callTool(t, params, {
-          signal: signal ?? scope.signal,
-          scope,
+        const result = await scope.trace.toolCall(
+          t.name,
           toolCallId,
-          bounds,
-        });
+          () => scope.signal.aborted,
+          () => callTool(t, params, { signal: signal ?? scope.signal, scope, toolCallId, bounds }),
+        );
         return { content: toolResultContent(result), details: undefined };
       }),
   }));
