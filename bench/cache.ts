@@ -3,7 +3,7 @@
  * one run: inline runs (`POST /agents/echo/runs`, held until the answer) through the HTTP
  * server, 32 concurrent clients of one user, the stand-in model answering at once. Every run
  * takes and gives back a place of the user's cap (runs.maxConcurrentPerUser 64, so none is
- * refused) and every request counts nothing in the failed-auth limiter but reads it once.
+ * refused); a good token costs the failed-auth limiter nothing.
  *
  * The two stores take turns (memory, Redis, memory, Redis) on one server database, so drift of
  * the machine during the run lands on both. Store: PostgreSQL when one can be found or
