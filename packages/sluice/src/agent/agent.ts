@@ -19,10 +19,10 @@ import {
   decidedResults,
   pausedState,
   type PausedState,
-  type PendingToolCall,
   type ToolDecision,
 } from './approvals.js';
 import { compactMessages } from './compaction.js';
+import { usageOf, withUsage, type RunResult } from './results.js';
 import { resumedHistory, toConversation, type ChatMessage, type Conversation } from './conversation.js';
 import {
   duration,
@@ -102,15 +102,6 @@ export interface RunOptions<W extends string> {
   schema?: JsonSchema;
 }
 
-export interface RunUsage {
-  input: number;
-  output: number;
-  totalTokens: number;
-  cost: number;
-  /** Provider requests sent, retries and fallbacks included. */
-  requests: number;
-}
-
 /**
  * Continues a run that paused for approvals. It gets the agent's tools and bounds as any run
  * does, and a time budget of its own (`timeoutMs` starts again: the pause is not counted).
@@ -122,65 +113,7 @@ export interface ResumeOptions<W extends string> extends Omit<RunOptions<W>, 'pr
   decisions: readonly ToolDecision[];
 }
 
-interface RunOutcome {
-  /** The answer; when paused, the text the model said before its calls. */
-  text: string;
-  /**
-   * The conversation of this run: the prompt, the assistant turns and the tool results (not
-   * `history`). A resumed run's messages begin with those of the run before its pause.
-   */
-  messages: unknown[];
-  /** What the whole run spent, across its pauses. */
-  usage: RunUsage;
-  runId: string;
-}
-
-/** A run that reached its final answer. */
-export interface CompletedRun<T = unknown> extends RunOutcome {
-  status: 'completed';
-  /** The final answer parsed and checked against `run({ schema })`; undefined without a schema. */
-  data: T;
-}
-
-/**
- * A run that stopped because the model called tools marked `needsApproval`. It holds nothing
- * (no slot, no timer): give `state` and the decisions to `agent.resume()`. The calls of the
- * same turn that needed no approval have run already; their results are in `messages`.
- */
-export interface PausedRun extends RunOutcome {
-  status: 'requires_action';
-  data: undefined;
-  pendingToolCalls: PendingToolCall[];
-  state: PausedState;
-}
-
-export type RunResult<T = unknown> = CompletedRun<T> | PausedRun;
-
-/**
- * A failed or cancelled run still consumed tokens: its error carries `usage` (what the provider
- * requests sent before the failure cost), so spend accounting can count it. Set on the error
- * object itself, not enumerable; an error that cannot take it (frozen, or not an object) is
- * thrown as it is.
- */
-function withUsage(error: unknown, usage: RunUsage): unknown {
-  if (error !== null && typeof error === 'object' && Object.isExtensible(error) && !('usage' in error)) {
-    Object.defineProperty(error, 'usage', { value: usage, enumerable: false, configurable: true });
-  }
-  return error;
-}
-
-function usageOf(messages: readonly AgentMessage[], requests: number): RunUsage {
-  const usage: RunUsage = { input: 0, output: 0, totalTokens: 0, cost: 0, requests };
-  for (const m of messages) {
-    if ((m as Message).role !== 'assistant') continue;
-    const u = (m as AssistantMessage).usage;
-    usage.input += u.input;
-    usage.output += u.output;
-    usage.totalTokens += u.totalTokens;
-    usage.cost += u.cost.total;
-  }
-  return usage;
-}
+export type { CompletedRun, PausedRun, RunResult, RunUsage } from './results.js';
 
 /** What `#start` checked and worked out of a run's options, for `#run`. */
 interface RunPlan {
