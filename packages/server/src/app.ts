@@ -12,6 +12,8 @@ import { installJsonBody } from './http/json-body.js';
 import { installProtocolHandling, protocolOptions } from './http/protocol.js';
 import { NodeUpkeep } from './node/upkeep.js';
 import { interruptRuns, leave } from './node/nodes.js';
+import { Ops, type OpsOptions } from './ops/index.js';
+import { metricsRoutes, metricsTokenOf, overviewRoutes } from './routes/metrics.js';
 import { opsRoutes } from './routes/ops.js';
 import type { RouteContext } from './routes/context.js';
 import { runRoutes } from './routes/runs.js';
@@ -31,6 +33,8 @@ export interface ServerApp {
   readonly upkeep: NodeUpkeep;
   readonly waiters: RunWaiters;
   readonly callbacks: CallbackDispatcher;
+  /** Slot and run counts, admission decisions and metrics (`/metrics`, `/dashboard`). */
+  readonly ops: Ops;
   /** Starts the background work: notifications, heartbeat and sweeps, queue workers. Call after listening. */
   start(): Promise<void>;
   /**
@@ -52,6 +56,9 @@ export interface AppOptions {
   logger?: FastifyServerOptions['logger'];
   /** Vets callback destinations; default: public http(s) addresses only, unless SLUICE_CALLBACK_ALLOW_PRIVATE. */
   checkCallbackUrl?: RouteContext['checkCallbackUrl'];
+  /** The secret a scraper may send to `/metrics` besides an admin token; default: SLUICE_METRICS_TOKEN. */
+  metricsToken?: string;
+  ops?: OpsOptions;
 }
 
 /**
@@ -126,6 +133,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   const waiters = new RunWaiters(db, events);
   const executor = new Executor(db, config, settings, waiters, events, log);
   const limitsFor = tenantPolicy(config, settings);
+  const ops = new Ops(db, config, executor, options.ops);
   const upkeep = new NodeUpkeep(db, executor, settings, limitsFor, log);
   // Every final state with a callback_url leaves a row in the outbox (a trigger writes it in the
   // same transaction); this process's dispatcher delivers rows of any process, signed.
@@ -159,15 +167,22 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
         return checked.ok ? checked : { ok: false, message: checked.message };
       }),
     isDraining: () => isDraining,
+    admissions: ops.admissions,
   };
 
   opsRoutes(fastify, { store, isDraining: () => isDraining });
+  metricsRoutes(fastify, {
+    db,
+    ops,
+    metricsToken: options.metricsToken ?? metricsTokenOf(process.env),
+  });
   await fastify.register(
     async (api) => {
       api.addHook('onRequest', authenticate(db));
       runRoutes(api, ctx);
       threadRoutes(api, ctx);
       openAiRoutes(api, ctx);
+      overviewRoutes(api, ops);
     },
     { prefix: '/api/client/v1' },
   );
@@ -204,6 +219,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     upkeep,
     waiters,
     callbacks,
+    ops,
     async start() {
       await upkeep.start();
       started = true;

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Database } from '@sluice/postgres/database';
-import { RunTimeoutError, type Agent, type ToolEvent } from 'sluice';
+import { RunTimeoutError, type Agent, type ConcurrencyEventListener, type ToolEvent } from 'sluice';
 import type { SluiceConfig } from '../config.js';
 import { agentFor } from '../config.js';
 import type { ServerSettings } from '../settings.js';
@@ -55,6 +55,17 @@ export class Executor {
   #pastDeadline = false;
   #watch: ReturnType<typeof setInterval> | undefined;
   #watching = false;
+  /** Hear the slot events of every run executed here (metrics); a listener that throws is ignored. */
+  readonly concurrencyListeners = new Set<ConcurrencyEventListener>();
+  readonly #onConcurrency: ConcurrencyEventListener = (event) => {
+    for (const listener of this.concurrencyListeners) {
+      try {
+        listener(event);
+      } catch {
+        // one broken listener must not keep the others from hearing the event
+      }
+    }
+  };
 
   constructor(
     private readonly db: Database,
@@ -133,7 +144,7 @@ export class Executor {
           toolTimeoutMs: config.tool_timeout_ms,
           turnTimeoutMs: config.turn_timeout_ms,
         },
-        events: { onText: listener?.onText, onTool: listener?.onTool },
+        events: { onText: listener?.onText, onTool: listener?.onTool, onConcurrency: this.#onConcurrency },
       });
       // An agent that gives no conversation back (a stand-in in a config) answers with its text.
       const text = Array.isArray(result.messages) ? answerOf(run.input, result.messages) : result.text;
