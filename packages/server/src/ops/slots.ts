@@ -86,7 +86,13 @@ export class SlotBook {
         try {
           const stats = await limiter.stats();
           for (const [workload, w] of Object.entries(stats.workloads) as [string, Counts][])
-            out.push({ limiter: limiter.name, workload, active: w.active, queued: w.queued, source: 'stats' });
+            out.push({
+              limiter: limiter.name,
+              workload,
+              active: w.active,
+              queued: w.queued,
+              source: 'stats',
+            });
         } catch {
           // The gauges go absent for this scrape: an alert on them fires, a stale figure would not.
         }

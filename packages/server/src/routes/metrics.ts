@@ -24,7 +24,8 @@ function scrapeAuth(db: Database, metricsToken: string | undefined) {
   const expected = metricsToken === undefined ? undefined : digest(metricsToken);
   return async (request: FastifyRequest) => {
     const secret = bearerOf(request.headers.authorization);
-    if (!secret) throw unauthenticated('Send the metrics token or an admin token: Authorization: Bearer <token>');
+    if (!secret)
+      throw unauthenticated('Send the metrics token or an admin token: Authorization: Bearer <token>');
     if (expected && timingSafeEqual(digest(secret), expected)) return;
     const principal = await findToken(db, secret);
     if (!principal) throw unauthenticated('Unknown or revoked token');
