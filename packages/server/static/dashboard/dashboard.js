@@ -55,7 +55,7 @@ function drawLimiters(limiters) {
         cell(l.workload),
         active,
         queued,
-        cell(l.source === 'stats' ? 'limiter' : 'this server'),
+        cell(l.source === 'stats' ? 'the limiter (all servers)' : 'this server’s runs'),
       );
       return tr;
     }),
@@ -88,14 +88,14 @@ function drawRefusals(refusals) {
     'refusals',
     refusals.map((r) => {
       const tr = document.createElement('tr');
-      const at = r.current === null ? '' : `${r.current} of ${r.limit}`;
+      const count = r.current === null ? '' : `${r.current} / ${r.limit}`;
       tr.append(
         cell(new Date(r.at).toLocaleTimeString()),
         cell(r.tenant),
         cell(r.class),
         cell(r.outcome),
         cell(r.scope),
-        cell(at),
+        cell(count, 'n'),
       );
       return tr;
     }),
@@ -134,6 +134,7 @@ async function poll(token, mine) {
     const overview = await response.json();
     if (mine !== generation) return;
     $('sign-in').hidden = true;
+    $('sign-in-error').hidden = true;
     $('board').hidden = false;
     $('sign-out').hidden = false;
     drawLimiters(overview.limiters);
