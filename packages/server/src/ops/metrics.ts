@@ -50,7 +50,7 @@ export class Metrics {
     });
     this.#runsGauge = new Gauge({
       name: 'sluice_runs',
-      help: 'Runs in the database per class and status, all processes (ended runs counted every 15 s)',
+      help: 'Runs in the database per class and status, all processes (ended runs recounted at most once a minute)',
       labelNames: ['class', 'status'],
       registers,
     });
