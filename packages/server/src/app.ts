@@ -13,7 +13,7 @@ import { installProtocolHandling, protocolOptions } from './http/protocol.js';
 import { NodeUpkeep } from './node/upkeep.js';
 import { interruptRuns, leave } from './node/nodes.js';
 import { Ops, type OpsOptions } from './ops/index.js';
-import { metricsRoutes, metricsTokenOf, overviewRoutes } from './routes/metrics.js';
+import { metricsRoutes, metricsTokenOf } from './routes/metrics.js';
 import { opsRoutes } from './routes/ops.js';
 import type { RouteContext } from './routes/context.js';
 import { runRoutes } from './routes/runs.js';
@@ -182,7 +182,6 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
       runRoutes(api, ctx);
       threadRoutes(api, ctx);
       openAiRoutes(api, ctx);
-      overviewRoutes(api, ops);
     },
     { prefix: '/api/client/v1' },
   );

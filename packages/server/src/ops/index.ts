@@ -43,15 +43,21 @@ export class Ops {
     });
   }
 
-  async overview(): Promise<Overview> {
+  /**
+   * The figures the dashboard draws: for one tenant when `tenant` is given (its runs and
+   * refusals; the limiters are shared by all and carry no tenant), else for all.
+   */
+  async overview(tenant?: string): Promise<Overview> {
     const [limiters, runs] = await Promise.all([this.slots.read(), this.runs.read()]);
     const order = (r: RunCount) => `${r.tenant}\u0000${r.class}\u0000${r.status}`;
+    const mine = <T extends { tenant: string }>(rows: T[]) =>
+      tenant === undefined ? rows : rows.filter((r) => r.tenant === tenant);
     return {
       object: 'ops.overview',
       at: new Date().toISOString(),
       limiters,
-      runs: [...runs].sort((a, b) => order(a).localeCompare(order(b))),
-      refusals: this.admissions.recent(),
+      runs: mine(runs).sort((a, b) => order(a).localeCompare(order(b))),
+      refusals: mine(this.admissions.recent()),
     };
   }
 }

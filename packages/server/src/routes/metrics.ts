@@ -16,21 +16,35 @@ const unauthenticated = (message: string) =>
 const digest = (value: string) => createHash('sha256').update(value).digest();
 
 /**
- * Who may scrape: the `SLUICE_METRICS_TOKEN` secret (for a Prometheus that has no API token), or
- * an admin token. Digests are compared, so the comparison takes the same time whatever the
- * length or the first wrong byte of what was sent.
+ * Who reads the operating figures: the operator, holding the `SLUICE_METRICS_TOKEN` secret (for
+ * a Prometheus that has no API token), sees every tenant; an admin token sees its own tenant's
+ * runs and refusals beside the shared limiters. An admin's tenant is not the server's operator,
+ * so other tenants' names and counts stay out of its view.
  */
-function scrapeAuth(db: Database, metricsToken: string | undefined) {
+export type OpsReader = { kind: 'operator' } | { kind: 'tenant'; tenant: string };
+
+/**
+ * An `onRequest` hook that sets `request.opsReader` or refuses: 401 without a known secret, 403
+ * for a token below admin. Digests are compared, so the comparison takes the same time whatever
+ * the length or the first wrong byte of what was sent.
+ */
+function opsAuth(db: Database, metricsToken: string | undefined, action: string) {
   const expected = metricsToken === undefined ? undefined : digest(metricsToken);
-  return async (request: FastifyRequest) => {
+  const readers = new WeakMap<FastifyRequest, OpsReader>();
+  const hook = async (request: FastifyRequest) => {
     const secret = bearerOf(request.headers.authorization);
     if (!secret)
       throw unauthenticated('Send the metrics token or an admin token: Authorization: Bearer <token>');
-    if (expected && timingSafeEqual(digest(secret), expected)) return;
+    if (expected && timingSafeEqual(digest(secret), expected)) {
+      readers.set(request, { kind: 'operator' });
+      return;
+    }
     const principal = await findToken(db, secret);
     if (!principal) throw unauthenticated('Unknown or revoked token');
-    requireRole(principal, 'admin', 'read the metrics');
+    requireRole(principal, 'admin', action);
+    readers.set(request, { kind: 'tenant', tenant: principal.tenant });
   };
+  return { hook, readerOf: (request: FastifyRequest) => readers.get(request)! };
 }
 
 /** Checks SLUICE_METRICS_TOKEN: a short secret would be guessed, so it fails the start. */
@@ -66,18 +80,34 @@ const files = [
   { path: '/dashboard/dashboard.css', file: 'dashboard.css', type: 'text/css; charset=utf-8' },
 ] as const;
 
-/** `GET /metrics` and the dashboard's page, outside the API prefix. */
+/**
+ * `GET /metrics`, the dashboard's files and `GET /api/client/v1/ops/overview`. The overview is
+ * registered here, not with the API's routes, because the metrics token is not an API token.
+ */
 export function metricsRoutes(
   fastify: FastifyInstance,
   options: { db: Database; ops: Ops; metricsToken: string | undefined },
 ): void {
-  const { ops } = options;
+  const { ops, db, metricsToken } = options;
   fastify.get(
     '/metrics',
-    { schema: { hide: true }, onRequest: scrapeAuth(options.db, options.metricsToken) },
+    { schema: { hide: true }, onRequest: opsAuth(db, metricsToken, 'read the metrics').hook },
     async (_request, reply) => {
       const text = await ops.metrics.render();
       return reply.header('content-type', ops.metrics.contentType).send(text);
+    },
+  );
+  const overviewAuth = opsAuth(db, metricsToken, 'read the operating overview');
+  fastify.get(
+    '/api/client/v1/ops/overview',
+    {
+      schema: { summary: 'Limiter slots, runs per tenant, class and status, recent refusals (admin)' },
+      onRequest: overviewAuth.hook,
+    },
+    async (request, reply) => {
+      const reader = overviewAuth.readerOf(request);
+      reply.header('cache-control', 'no-store');
+      return ops.overview(reader.kind === 'tenant' ? reader.tenant : undefined);
     },
   );
   for (const { path, file, type } of files) {
@@ -87,17 +117,4 @@ export function metricsRoutes(
       reply.headers({ ...pageHeaders, 'content-type': type }).send(body),
     );
   }
-}
-
-/** `GET /api/client/v1/ops/overview` (admin): what the dashboard draws. Register under the API prefix. */
-export function overviewRoutes(api: FastifyInstance, ops: Ops): void {
-  api.get(
-    '/ops/overview',
-    { schema: { summary: 'Limiter slots, runs per tenant, class and status, recent refusals (admin)' } },
-    async (request, reply) => {
-      requireRole(request.principal, 'admin', 'read the operating overview');
-      reply.header('cache-control', 'no-store');
-      return ops.overview();
-    },
-  );
 }

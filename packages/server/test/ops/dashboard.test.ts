@@ -43,29 +43,57 @@ const cellText = (page: Page, row: string, field: string) =>
 
 /** Waits until the page shows `value` in that cell; the page changes it by itself, by polling. */
 async function shows(page: Page, row: string, field: string, value: string): Promise<void> {
-  await page.waitForFunction(
-    ([selector, want]) => document.querySelector(selector!)?.textContent === want,
-    [`${row} td[data-field="${field}"]`, value] as const,
-    { timeout: 20_000, polling: 100 },
-  );
+  await page.waitForFunction(textIs, [`${row} td[data-field="${field}"]`, value] as const, {
+    timeout: 20_000,
+    polling: 100,
+  });
+}
+
+/**
+ * Runs in the page (as a function: the page's CSP forbids evaluating strings). The test compiles
+ * without DOM types, hence the cast.
+ */
+function textIs([selector, want]: readonly [string, string]): boolean {
+  type Doc = { querySelector(s: string): { textContent: string | null } | null };
+  const doc = (globalThis as unknown as { document: Doc }).document;
+  return doc.querySelector(selector)?.textContent === want;
+}
+
+function includesText([selector, want]: readonly [string, string]): boolean {
+  type Doc = { querySelector(s: string): { textContent: string | null } | null };
+  const doc = (globalThis as unknown as { document: Doc }).document;
+  return doc.querySelector(selector)?.textContent?.includes(want) === true;
 }
 
 // Without Chromium this suite cannot run; under CI=true it runs anyway and fails, as it must.
 describe.runIf(existsSync(CHROMIUM) || process.env.CI === 'true')('GET /dashboard', () => {
   it('shows slots, runs and refusals live after sign-in, loading nothing from elsewhere', async () => {
+    const browser = openBrowser();
     const { provider, release } = await gatedStandIn();
     const limiter = createConcurrencyLimiter({ name: 'claude', maxConcurrent: 1 });
-    const t = await startTestServer({
-      provider,
-      databaseUrl: postgres ? await freshDatabase() : undefined,
-      settings: { maxActivePerTenant: 1 },
-      agents: (model) => ({
-        analyst: createAgent({ model, credentials: { apiKey: 'k' }, concurrency: { limiter } }),
-      }),
-    });
+    // The operator's secret: the page then shows every tenant (an admin token sees its own).
+    const operator = 'operator-secret-0123456789';
+    process.env.SLUICE_METRICS_TOKEN = operator;
+    let t;
+    try {
+      [t] = await Promise.all([
+        startTestServer({
+          provider,
+          databaseUrl: postgres ? await freshDatabase() : undefined,
+          settings: { maxActivePerTenant: 1 },
+          agents: (model) => ({
+            analyst: createAgent({ model, credentials: { apiKey: 'k' }, concurrency: { limiter } }),
+          }),
+        }),
+        // Chromium starts meanwhile: both take seconds.
+        browser,
+      ]);
+    } finally {
+      delete process.env.SLUICE_METRICS_TOKEN;
+    }
     const origin = new URL(t.server.url).origin;
 
-    const context = await openBrowser();
+    const context = await browser;
     const page = await context.newPage();
     const requests: string[] = [];
     page.on('request', (request) => requests.push(request.url()));
@@ -80,16 +108,20 @@ describe.runIf(existsSync(CHROMIUM) || process.env.CI === 'true')('GET /dashboar
     expect(headers['content-security-policy']).toContain("default-src 'none'");
     expect(headers['content-security-policy']).toContain("connect-src 'self'");
     // The page itself carries no secret and needs none.
-    expect(await response!.text()).not.toContain(t.admin);
+    expect(await response!.text()).not.toContain(operator);
 
     // A member token is refused by the overview route: the page says so and stays on sign-in.
     await page.fill('#token', await t.token({ role: 'member', user: 'm' }));
     await page.click('#sign-in button[type=submit]');
     await page.waitForSelector('#sign-in-error:not([hidden])');
     expect(await page.textContent('#sign-in-error')).toMatch(/needs the admin role/);
-    expect(await page.evaluate(() => sessionStorage.length)).toBe(0);
+    expect(
+      await page.evaluate(
+        () => (globalThis as unknown as { sessionStorage: { length: number } }).sessionStorage.length,
+      ),
+    ).toBe(0);
 
-    await page.fill('#token', t.admin);
+    await page.fill('#token', operator);
     await page.click('#sign-in button[type=submit]');
     const slots = 'tr[data-limiter="claude"][data-workload="default"]';
     await shows(page, slots, 'active', '0');
@@ -118,14 +150,10 @@ describe.runIf(existsSync(CHROMIUM) || process.env.CI === 'true')('GET /dashboar
     // Over the tenant's cap: the refusal is listed.
     const refused = await t.call('POST', '/agents/analyst/runs', { input: 'more', wait: false });
     expect(refused.status).toBe(429);
-    await page.waitForFunction(
-      () => document.querySelector('#refusals tbody tr')?.textContent?.includes('max_active_runs'),
-      undefined,
-      {
-        timeout: 20_000,
-        polling: 100,
-      },
-    );
+    await page.waitForFunction(includesText, ['#refusals tbody tr', 'max_active_runs'] as const, {
+      timeout: 20_000,
+      polling: 100,
+    });
     mkdirSync(join(repoRoot, '.sluice'), { recursive: true });
     await page.screenshot({ path: SCREENSHOT, fullPage: true });
 
@@ -140,7 +168,7 @@ describe.runIf(existsSync(CHROMIUM) || process.env.CI === 'true')('GET /dashboar
     expect(requests.length).toBeGreaterThan(3);
     for (const url of requests) {
       expect(new URL(url).origin).toBe(origin);
-      expect(url).not.toContain(t.admin);
+      expect(url).not.toContain(operator);
     }
     expect(requests.filter((u) => u.endsWith('/api/client/v1/ops/overview')).length).toBeGreaterThan(2);
   });

@@ -10,6 +10,7 @@ import {
   postgres,
   startTestServer,
   until,
+  type Body,
   type TestServer,
 } from '../helpers.js';
 import { gatedStandIn, parseMetrics, sample, scrape } from './ops-helpers.js';
@@ -37,6 +38,47 @@ async function checkScrapeAuth(t: TestServer): Promise<void> {
   const basic = await fetch(`${url}/metrics`, { headers: { authorization: `Basic ${metricsSecret}` } });
   expect(basic.status).toBe(401);
   expect((await fetch(`${url}/metrics?token=${metricsSecret}`)).status).toBe(401);
+}
+
+/**
+ * The dashboard's data while tenant `t` has two runs (one holding the slot, one waiting) and one
+ * refusal: the operator sees every tenant, an admin only its own, a member nothing.
+ */
+async function checkOverview(t: TestServer): Promise<void> {
+  const overview = (secret?: string) =>
+    fetch(`${t.server.url}/api/client/v1/ops/overview`, {
+      headers: secret === undefined ? {} : { authorization: `Bearer ${secret}` },
+    });
+  const operator = await overview(metricsSecret);
+  expect(operator.status).toBe(200);
+  expect(operator.headers.get('cache-control')).toBe('no-store');
+  const all = (await operator.json()) as Body;
+  expect(all.limiters).toEqual([{ ...slot, active: 1, queued: 1, source: 'stats' }]);
+  expect(all.runs).toContainEqual({ tenant: 't', class: 'default', status: 'running', count: 2 });
+  expect(all.refusals).toEqual([
+    {
+      at: expect.any(String),
+      tenant: 't',
+      class: 'default',
+      outcome: 'max_active_runs',
+      scope: 'tenant',
+      limit: 2,
+      current: 2,
+    },
+  ]);
+  const own = (await (await overview(t.admin)).json()) as Body;
+  expect(own.runs).toEqual(all.runs);
+  expect(own.refusals).toEqual(all.refusals);
+  // Another tenant's admin sees the shared limiter, and nothing of tenant t.
+  const other = await overview(await t.token({ tenant: 'other' }));
+  expect(other.status).toBe(200);
+  const theirs = (await other.json()) as Body;
+  expect(theirs.limiters).toEqual(all.limiters);
+  expect(theirs.runs).toEqual([]);
+  expect(theirs.refusals).toEqual([]);
+  expect((await overview(await t.token({ role: 'member' }))).status).toBe(403);
+  expect((await overview()).status).toBe(401);
+  expect((await overview('sk_unknown')).status).toBe(401);
 }
 
 describe('GET /metrics', () => {
@@ -98,6 +140,7 @@ describe('GET /metrics', () => {
     // Over the tenant cap: refused, and counted under the limit's name.
     const c = await t.call('POST', '/agents/slow/runs', { input: 'third', wait: false });
     expect(c.status).toBe(429);
+    await checkOverview(t);
 
     release('first');
     await until(async () => (await t.statusOf(b.body.id)).status === 'running' && provider.inFlight === 1);
