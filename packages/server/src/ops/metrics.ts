@@ -23,12 +23,12 @@ export class Metrics {
   readonly #wait: Histogram<'limiter' | 'workload'>;
   readonly #runsGauge: Gauge<'class' | 'status'>;
   readonly #admissions: Counter<'class' | 'outcome'>;
+  #defaults = false;
 
   constructor(parts: { slots: SlotBook; runs: RunCounts; admissions: AdmissionLog }) {
     this.#slots = parts.slots;
     this.#runs = parts.runs;
     const registers = [this.registry];
-    collectDefaultMetrics({ register: this.registry });
     this.#slotsActive = new Gauge({
       name: 'sluice_limiter_slots_active',
       help: 'Provider-request slots in use, per limiter and workload (a shared limiter: all processes)',
@@ -72,6 +72,12 @@ export class Metrics {
 
   /** The exposition text, with the gauges read now. */
   async render(): Promise<string> {
+    // Started at the first scrape: prom-client's event-loop monitor and GC observer cannot be
+    // stopped, so an app that is never scraped (most apps in a test run) never starts them.
+    if (!this.#defaults) {
+      this.#defaults = true;
+      collectDefaultMetrics({ register: this.registry });
+    }
     const [slots, runs] = await Promise.all([this.#slots.read(), this.#runs.read()]);
     // Reset first: a workload or status that has gone must not keep its last value.
     this.#slotsActive.reset();

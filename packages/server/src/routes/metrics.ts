@@ -24,8 +24,8 @@ const digest = (value: string) => createHash('sha256').update(value).digest();
 export type OpsReader = { kind: 'operator' } | { kind: 'tenant'; tenant: string };
 
 /**
- * An `onRequest` hook that sets `request.opsReader` or refuses: 401 without a known secret, 403
- * for a token below admin. Digests are compared, so the comparison takes the same time whatever
+ * An `onRequest` hook that lets in a reader (`readerOf` tells which) or refuses: 401 without a
+ * known secret, 403 for a token below admin. Digests are compared, so the comparison takes the same time whatever
  * the length or the first wrong byte of what was sent.
  */
 function opsAuth(db: Database, metricsToken: string | undefined, action: string) {
