@@ -14,6 +14,8 @@ import { installProtocolHandling, protocolOptions } from './http/protocol.js';
 import { NodeUpkeep } from './node/upkeep.js';
 import { interruptRuns, leave } from './node/nodes.js';
 import { appLogger, installRequestId, requestIdOf } from './ops/logging.js';
+import { Ops, type OpsOptions } from './ops/index.js';
+import { metricsRoutes, metricsTokenOf } from './routes/metrics.js';
 import { opsRoutes } from './routes/ops.js';
 import type { RouteContext } from './routes/context.js';
 import { runRoutes } from './routes/runs.js';
@@ -39,6 +41,8 @@ export interface ServerApp {
   readonly cache: CacheStore;
   /** Schedule triggers' ticks (run by the upkeep loop; `tickNow` for tests and tools). */
   readonly triggers: TriggerTicker;
+  /** Slot and run counts, admission decisions and metrics (`/metrics`, `/dashboard`). */
+  readonly ops: Ops;
   /** Starts the background work: notifications, heartbeat and sweeps, queue workers. Call after listening. */
   start(): Promise<void>;
   /**
@@ -67,6 +71,9 @@ export interface AppOptions {
   cache?: CacheStore;
   /** Epoch ms for schedule ticks and webhook timestamps; default Date.now (tests pass a manual clock). */
   now?: () => number;
+  /** The secret a scraper may send to `/metrics` besides an admin token; default: SLUICE_METRICS_TOKEN. */
+  metricsToken?: string;
+  ops?: OpsOptions;
 }
 
 /**
@@ -144,6 +151,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   const waiters = new RunWaiters(db, events);
   const executor = new Executor(db, config, settings, waiters, events, log);
   const limitsFor = tenantPolicy(config, settings);
+  const ops = new Ops(db, config, executor, options.ops);
   const upkeep = new NodeUpkeep(db, executor, settings, limitsFor, log);
   // Every final state with a callback_url leaves a row in the outbox (a trigger writes it in the
   // same transaction); this process's dispatcher delivers rows of any process, signed.
@@ -177,6 +185,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
         return checked.ok ? checked : { ok: false, message: checked.message };
       }),
     isDraining: () => isDraining,
+    admissions: ops.admissions,
   };
 
   const now = options.now ?? Date.now;
@@ -186,6 +195,11 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   opsRoutes(fastify, { store, isDraining: () => isDraining });
   // Webhooks carry a signature, not a bearer token: outside the authenticated scope.
   await fastify.register(webhookRoutes(ctx, now), { prefix: '/api/client/v1' });
+  metricsRoutes(fastify, {
+    db,
+    ops,
+    metricsToken: options.metricsToken ?? metricsTokenOf(process.env),
+  });
   await fastify.register(
     async (api) => {
       api.addHook('onRequest', authenticate(db, cache));
@@ -232,6 +246,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     callbacks,
     cache,
     triggers,
+    ops,
     async start() {
       await upkeep.start();
       started = true;

@@ -1,5 +1,6 @@
 import type { Database } from '@sluice/postgres/database';
 import type { Places } from '../cache/places.js';
+import type { AdmissionHooks } from '../ops/admissions.js';
 import type { SluiceConfig } from '../config.js';
 import type { Executor } from '../runs/executor.js';
 import type { TenantLimits } from '../runs/policy.js';
@@ -21,4 +22,6 @@ export interface RouteContext {
     raw: string,
   ) => Promise<{ ok: true; url: string } | { ok: false; message: string }>;
   readonly isDraining: () => boolean;
+  /** Hears each admission decision (the metrics and the dashboard's refusals). */
+  readonly admissions?: AdmissionHooks;
 }

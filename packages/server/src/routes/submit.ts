@@ -1,7 +1,7 @@
 import type { FastifyReply } from 'fastify';
 import { HttpError, badRequest, draining, notFound, refusalError, shown } from '../http/errors.js';
 import { placeKeys } from '../cache/places.js';
-import { admitRun, type WithRun } from '../runs/admission.js';
+import { admitRun, type Refusal, type WithRun } from '../runs/admission.js';
 import type { RunClass } from '../runs/lifecycle.js';
 import { getRun, newRunId, type NewRun, type RunConfig, type RunRow } from '../runs/store.js';
 import type { ServerSettings } from '../settings.js';
@@ -108,6 +108,12 @@ export async function newRunOf(ctx: RouteContext, who: Principal, request: RunRe
   };
 }
 
+/** A refusal's 429, told to the metrics first. */
+function refused(ctx: RouteContext, who: Principal, refusal: Refusal): HttpError {
+  ctx.admissions?.refused(who.tenant, refusal);
+  return refusalError(refusal);
+}
+
 /** Admits a queued (or scheduled) run, or throws its refusal. `withRun` writes more in its transaction. */
 export async function admitQueued(
   ctx: RouteContext,
@@ -123,7 +129,8 @@ export async function admitQueued(
     ctx.settings.statementTimeoutMs,
     withRun,
   );
-  if (!admission.ok) throw refusalError(admission.refusal);
+  if (!admission.ok) throw refused(ctx, who, admission.refusal);
+  ctx.admissions?.admitted(newRun.class);
   if (newRun.schedule === undefined) ctx.executor.notify();
   return admission.run;
 }
@@ -136,7 +143,7 @@ export async function takePlace(ctx: RouteContext, who: Principal, runClass: Run
   const limit = ctx.settings.maxConcurrentPerUser;
   const place = await ctx.places.take(placeKeys.heldRuns(who.tenant, who.user), limit);
   if (!place.ok) {
-    throw refusalError({
+    throw refused(ctx, who, {
       kind: 'concurrency',
       scope: 'user',
       class: runClass,
@@ -209,7 +216,8 @@ export async function admitHeld(
       ctx.limitsFor(who.tenant),
       settings.statementTimeoutMs,
     );
-    if (!admission.ok) throw refusalError(admission.refusal);
+    if (!admission.ok) throw refused(ctx, who, admission.refusal);
+    ctx.admissions?.admitted(newRun.class);
     return { run: admission.run, release };
   } catch (error) {
     release();

@@ -1,6 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import type { Database } from '@sluice/postgres/database';
-import { RunTimeoutError, type Agent, type RunResult, type ToolEvent } from 'sluice';
+import {
+  RunTimeoutError,
+  type Agent,
+  type ConcurrencyEventListener,
+  type RunResult,
+  type ToolEvent,
+} from 'sluice';
 import type { SluiceConfig } from '../config.js';
 import { agentFor, checkClasses, workloadOf } from '../config.js';
 import { withoutInput } from '../ops/logging.js';
@@ -58,6 +64,17 @@ export class Executor {
   #pastDeadline = false;
   #watch: ReturnType<typeof setInterval> | undefined;
   #watching = false;
+  /** Hear the slot events of every run executed here (metrics); a listener that throws is ignored. */
+  readonly concurrencyListeners = new Set<ConcurrencyEventListener>();
+  readonly #onConcurrency: ConcurrencyEventListener = (event) => {
+    for (const listener of this.concurrencyListeners) {
+      try {
+        listener(event);
+      } catch {
+        // one broken listener must not keep the others from hearing the event
+      }
+    }
+  };
 
   constructor(
     private readonly db: Database,
@@ -139,7 +156,7 @@ export class Executor {
           toolTimeoutMs: config.tool_timeout_ms,
           turnTimeoutMs: config.turn_timeout_ms,
         },
-        events: { onText: listener?.onText, onTool: listener?.onTool },
+        events: { onText: listener?.onText, onTool: listener?.onTool, onConcurrency: this.#onConcurrency },
         ...(workload === undefined ? {} : { concurrency: { workload } }),
       };
       const result = run.resuming

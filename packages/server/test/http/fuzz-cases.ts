@@ -465,6 +465,9 @@ export const routes: { method: string; target: string }[] = [
   { method: 'GET', target: `${api}/agents/runs/{run}` },
   { method: 'POST', target: `${api}/agents/runs/{run}/cancel` },
   { method: 'GET', target: `${api}/agents/runs` },
+  { method: 'GET', target: `${api}/ops/overview` },
+  { method: 'GET', target: '/metrics' },
+  { method: 'GET', target: '/dashboard' },
 ];
 const method = fc.oneof(
   { weight: 8, arbitrary: fc.constantFrom('GET', 'POST') },

@@ -164,6 +164,14 @@ export class Agent<W extends string = never> {
     return limiter.validateWorkload ? limiter.validateWorkload(workload) : (workload as W);
   }
 
+  /**
+   * The agent's own limiter, if it has one (not a parent's, which is known only inside a run).
+   * A server reads it to report every limiter's slots, including those no run has touched yet.
+   */
+  get limiter(): ConcurrencyLimiter<W> | undefined {
+    return this.#options.concurrency?.limiter;
+  }
+
   /** Runs the agent to its final answer. */
   async run<T = unknown>(options: RunOptions<W>): Promise<RunResult<T>> {
     return this.#start(options, undefined) as Promise<RunResult<T>>;

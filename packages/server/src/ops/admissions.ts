@@ -1,0 +1,116 @@
+import type { Refusal } from '../runs/admission.js';
+import type { RunClass } from '../runs/lifecycle.js';
+
+/**
+ * What became of a request for a run: `admitted`, or the rule that refused it. The cap names
+ * are the `limit` of the 429 body; `quota` and `spend` are the tenant's period limits, and
+ * `thread_lost` a held run whose thread lease ran out before admission.
+ */
+export type AdmissionOutcome =
+  | 'admitted'
+  | 'max_active_runs'
+  | 'max_queued_runs'
+  | 'max_scheduled_runs'
+  | 'max_concurrent_per_user'
+  | 'quota'
+  | 'spend'
+  | 'thread_lost';
+
+/** One refused request, as the dashboard lists it: no input, no token, no user text. */
+export interface RecentRefusal {
+  /** ISO time of the refusal. */
+  readonly at: string;
+  readonly tenant: string;
+  readonly class: RunClass | 'unknown';
+  readonly outcome: Exclude<AdmissionOutcome, 'admitted'>;
+  readonly scope: string;
+  /** The limit that was reached, and the count that reached it. */
+  readonly limit: number | null;
+  readonly current: number | null;
+}
+
+export function outcomeOf(refusal: Refusal): Exclude<AdmissionOutcome, 'admitted'> {
+  switch (refusal.kind) {
+    case 'concurrency':
+      return refusal.limit;
+    case 'quota':
+      return 'quota';
+    case 'spend':
+      return 'spend';
+    case 'thread':
+      return 'thread_lost';
+    default: {
+      const never: never = refusal;
+      return never;
+    }
+  }
+}
+
+/** Hears every admission decision of this process (see routes/submit.ts). */
+export interface AdmissionHooks {
+  admitted(runClass: RunClass): void;
+  refused(tenant: string, refusal: Refusal): void;
+}
+
+/**
+ * This process's admission decisions: a count per class and outcome for the metrics, and the
+ * last `size` refusals for the dashboard. A refusal storm costs a fixed amount of memory.
+ */
+export class AdmissionLog implements AdmissionHooks {
+  readonly #size: number;
+  readonly #recent: RecentRefusal[] = [];
+  readonly #listeners = new Set<(runClass: string, outcome: AdmissionOutcome) => void>();
+  readonly #now: () => Date;
+
+  constructor(size = 50, now: () => Date = () => new Date()) {
+    this.#size = size;
+    this.#now = now;
+  }
+
+  /** Calls `listener` on every decision; returns the unsubscribe. */
+  onDecision(listener: (runClass: string, outcome: AdmissionOutcome) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  admitted(runClass: RunClass): void {
+    this.#tell(runClass, 'admitted');
+  }
+
+  refused(tenant: string, refusal: Refusal): void {
+    const outcome = outcomeOf(refusal);
+    const runClass = refusal.kind === 'thread' ? 'unknown' : refusal.class;
+    this.#recent.push({
+      at: this.#now().toISOString(),
+      tenant,
+      class: runClass,
+      outcome,
+      scope: refusal.kind === 'concurrency' ? refusal.scope : refusal.kind === 'thread' ? 'thread' : 'tenant',
+      limit:
+        refusal.kind === 'concurrency' || refusal.kind === 'quota'
+          ? refusal.limitValue
+          : refusal.kind === 'spend'
+            ? refusal.limitUsd
+            : null,
+      current:
+        refusal.kind === 'concurrency'
+          ? refusal.active
+          : refusal.kind === 'quota'
+            ? refusal.used
+            : refusal.kind === 'spend'
+              ? refusal.spentUsd + refusal.reservedUsd
+              : null,
+    });
+    if (this.#recent.length > this.#size) this.#recent.splice(0, this.#recent.length - this.#size);
+    this.#tell(runClass, outcome);
+  }
+
+  /** The last refusals, newest first. */
+  recent(): RecentRefusal[] {
+    return [...this.#recent].reverse();
+  }
+
+  #tell(runClass: string, outcome: AdmissionOutcome): void {
+    for (const listener of this.#listeners) listener(runClass, outcome);
+  }
+}

@@ -1,0 +1,63 @@
+import type { Database } from '@sluice/postgres/database';
+import type { SluiceConfig } from '../config.js';
+import type { Executor } from '../runs/executor.js';
+import { AdmissionLog, type RecentRefusal } from './admissions.js';
+import { Metrics } from './metrics.js';
+import { RunCounts, type RunCount, type RunCountsOptions } from './run-counts.js';
+import { SlotBook, type WorkloadSlots } from './slots.js';
+
+export { AdmissionLog, type AdmissionHooks } from './admissions.js';
+
+/** What the dashboard polls: every figure it draws, in one answer. */
+export interface Overview {
+  readonly object: 'ops.overview';
+  /** When the figures were read (ISO). */
+  readonly at: string;
+  readonly limiters: readonly WorkloadSlots[];
+  readonly runs: readonly RunCount[];
+  /** This process's last refusals, newest first. */
+  readonly refusals: readonly RecentRefusal[];
+}
+
+export interface OpsOptions {
+  runCounts?: RunCountsOptions;
+  /** Refusals the dashboard lists. @default 50 */
+  recentRefusals?: number;
+}
+
+/** The server's operating state: slot counts, run counts, admission decisions, metrics. */
+export class Ops {
+  readonly slots: SlotBook;
+  readonly runs: RunCounts;
+  readonly admissions: AdmissionLog;
+  readonly metrics: Metrics;
+
+  constructor(db: Database, config: SluiceConfig, executor: Executor, options: OpsOptions = {}) {
+    this.slots = new SlotBook(config);
+    this.runs = new RunCounts(db, options.runCounts);
+    this.admissions = new AdmissionLog(options.recentRefusals ?? 50);
+    this.metrics = new Metrics({ slots: this.slots, runs: this.runs, admissions: this.admissions });
+    executor.concurrencyListeners.add((event) => {
+      this.slots.observe(event);
+      this.metrics.observe(event);
+    });
+  }
+
+  /**
+   * The figures the dashboard draws: for one tenant when `tenant` is given (its runs and
+   * refusals; the limiters are shared by all and carry no tenant), else for all.
+   */
+  async overview(tenant?: string): Promise<Overview> {
+    const [limiters, runs] = await Promise.all([this.slots.read(), this.runs.read()]);
+    const order = (r: RunCount) => `${r.tenant}\u0000${r.class}\u0000${r.status}`;
+    const mine = <T extends { tenant: string }>(rows: T[]) =>
+      tenant === undefined ? rows : rows.filter((r) => r.tenant === tenant);
+    return {
+      object: 'ops.overview',
+      at: new Date().toISOString(),
+      limiters,
+      runs: mine(runs).sort((a, b) => order(a).localeCompare(order(b))),
+      refusals: mine(this.admissions.recent()),
+    };
+  }
+}
