@@ -197,6 +197,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   await fastify.register(webhookRoutes(ctx, now), { prefix: '/api/client/v1' });
   metricsRoutes(fastify, {
     db,
+    cache,
     ops,
     metricsToken: options.metricsToken ?? metricsTokenOf(process.env),
   });

@@ -48,17 +48,25 @@ const tooManyFailures = (leftMs: number) => {
  * a right guess is no easier for it (a token is 192 random bits).
  */
 export function authenticate(db: Database, cache: CacheStore) {
-  const fail = async (request: FastifyRequest, message: string) => {
-    const after = await cache.hit(failedAuthKey(request.ip), failedAuthLimit.windowMs);
-    if (after.count > failedAuthLimit.failures) return tooManyFailures(after.leftMs);
-    return unauthenticated(message);
-  };
+  const fail = failedAuthentication(cache);
   return async (request: FastifyRequest) => {
     const secret = bearerOf(request.headers.authorization);
     if (!secret) throw await fail(request, 'Send an API token: Authorization: Bearer <token>');
     const principal = await findToken(db, secret);
     if (!principal) throw await fail(request, 'Unknown or revoked API token');
     request.principal = principal;
+  };
+}
+
+/**
+ * The answer to a failed authentication, counted against the client's address: 401 with
+ * `message`, or 429 past the limit. Every route that checks a secret answers through it.
+ */
+export function failedAuthentication(cache: CacheStore) {
+  return async (request: FastifyRequest, message: string): Promise<HttpError> => {
+    const after = await cache.hit(failedAuthKey(request.ip), failedAuthLimit.windowMs);
+    if (after.count > failedAuthLimit.failures) return tooManyFailures(after.leftMs);
+    return unauthenticated(message);
   };
 }
 

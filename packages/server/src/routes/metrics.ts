@@ -2,16 +2,13 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Database } from '@sluice/postgres/database';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { bearerOf, requireRole } from '../http/auth.js';
-import { HttpError } from '../http/errors.js';
+import type { CacheStore } from '../cache/store.js';
+import { bearerOf, failedAuthentication, requireRole } from '../http/auth.js';
 import type { Ops } from '../ops/index.js';
 import { findToken } from '../store/tokens.js';
 
 /** The dashboard's files, shipped in the package beside `sql/` (see package.json `files`). */
 const staticDir = new URL('../../static/dashboard/', import.meta.url);
-
-const unauthenticated = (message: string) =>
-  new HttpError(401, 'authentication_required', message, {}, { 'www-authenticate': 'Bearer' });
 
 const digest = (value: string) => createHash('sha256').update(value).digest();
 
@@ -28,19 +25,20 @@ export type OpsReader = { kind: 'operator' } | { kind: 'tenant'; tenant: string 
  * known secret, 403 for a token below admin. Digests are compared, so the comparison takes the same time whatever
  * the length or the first wrong byte of what was sent.
  */
-function opsAuth(db: Database, metricsToken: string | undefined, action: string) {
+function opsAuth(db: Database, cache: CacheStore, metricsToken: string | undefined, action: string) {
+  const fail = failedAuthentication(cache);
   const expected = metricsToken === undefined ? undefined : digest(metricsToken);
   const readers = new WeakMap<FastifyRequest, OpsReader>();
   const hook = async (request: FastifyRequest) => {
     const secret = bearerOf(request.headers.authorization);
     if (!secret)
-      throw unauthenticated('Send the metrics token or an admin token: Authorization: Bearer <token>');
+      throw await fail(request, 'Send the metrics token or an admin token: Authorization: Bearer <token>');
     if (expected && timingSafeEqual(digest(secret), expected)) {
       readers.set(request, { kind: 'operator' });
       return;
     }
     const principal = await findToken(db, secret);
-    if (!principal) throw unauthenticated('Unknown or revoked token');
+    if (!principal) throw await fail(request, 'Unknown or revoked token');
     requireRole(principal, 'admin', action);
     readers.set(request, { kind: 'tenant', tenant: principal.tenant });
   };
@@ -86,18 +84,18 @@ const files = [
  */
 export function metricsRoutes(
   fastify: FastifyInstance,
-  options: { db: Database; ops: Ops; metricsToken: string | undefined },
+  options: { db: Database; cache: CacheStore; ops: Ops; metricsToken: string | undefined },
 ): void {
-  const { ops, db, metricsToken } = options;
+  const { ops, db, cache, metricsToken } = options;
   fastify.get(
     '/metrics',
-    { schema: { hide: true }, onRequest: opsAuth(db, metricsToken, 'read the metrics').hook },
+    { schema: { hide: true }, onRequest: opsAuth(db, cache, metricsToken, 'read the metrics').hook },
     async (_request, reply) => {
       const text = await ops.metrics.render();
       return reply.header('content-type', ops.metrics.contentType).send(text);
     },
   );
-  const overviewAuth = opsAuth(db, metricsToken, 'read the operating overview');
+  const overviewAuth = opsAuth(db, cache, metricsToken, 'read the operating overview');
   fastify.get(
     '/api/client/v1/ops/overview',
     {
