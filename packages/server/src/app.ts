@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import swagger from '@fastify/swagger';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import { systemClock } from 'sluice/concurrency';
 import { MemoryPlaces } from './cache/places.js';
 import { CallbackDispatcher, checkCallbackUrl } from './callbacks/index.js';
 import type { SluiceConfig } from './config.js';
@@ -52,6 +53,8 @@ export interface AppOptions {
   logger?: FastifyServerOptions['logger'];
   /** Vets callback destinations; default: public http(s) addresses only, unless SLUICE_CALLBACK_ALLOW_PRIVATE. */
   checkCallbackUrl?: RouteContext['checkCallbackUrl'];
+  /** The clock admission reads (the Retry-After estimate); default: the system clock. */
+  clock?: RouteContext['clock'];
 }
 
 /**
@@ -152,6 +155,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     waiters,
     places: new MemoryPlaces(),
     limitsFor,
+    clock: options.clock ?? systemClock,
     checkCallbackUrl:
       options.checkCallbackUrl ??
       (async (raw) => {

@@ -1,7 +1,7 @@
 import type { FastifyReply } from 'fastify';
 import { HttpError, badRequest, draining, notFound, refusalError, shown } from '../http/errors.js';
 import { placeKeys } from '../cache/places.js';
-import { admitRun } from '../runs/admission.js';
+import { admitRun, userRetryAfterMs } from '../runs/admission.js';
 import type { RunClass } from '../runs/lifecycle.js';
 import { getRun, newRunId, type NewRun, type RunConfig, type RunRow } from '../runs/store.js';
 import type { ServerSettings } from '../settings.js';
@@ -116,6 +116,7 @@ export async function admitQueued(ctx: RouteContext, who: Principal, newRun: New
     newRun,
     ctx.limitsFor(who.tenant),
     ctx.settings.statementTimeoutMs,
+    ctx.clock,
   );
   if (!admission.ok) throw refusalError(admission.refusal);
   if (newRun.schedule === undefined) ctx.executor.notify();
@@ -137,6 +138,7 @@ export async function takePlace(ctx: RouteContext, who: Principal, runClass: Run
       limit: 'max_concurrent_per_user',
       limitValue: limit,
       active: place.held,
+      retryAfterMs: userRetryAfterMs(ctx.db, who.tenant),
     });
   }
   return place.release;
@@ -201,6 +203,7 @@ export async function admitHeld(
       { ...newRun, id, mode: 'inline', threadLeaseMs: threadLeaseMs(settings) },
       ctx.limitsFor(who.tenant),
       settings.statementTimeoutMs,
+      ctx.clock,
     );
     if (!admission.ok) throw refusalError(admission.refusal);
     return { run: admission.run, release };
