@@ -25,8 +25,10 @@ export interface Departures {
 /** The wait for a place, in whole milliseconds, clamped to [1 s, 60 s]. */
 export function estimateRetryAfterMs({ active, left, spanMs }: Departures): number {
   if (!(spanMs >= MIN_SPAN_MS)) return RETRY_AFTER_UNKNOWN_MS;
-  // No run left in the span: the rate is below one per span, so the wait is at least this.
-  const wait = (Math.max(active, 1) * spanMs) / Math.max(left, 1);
+  const runs = Math.max(active, 1);
+  // No run left in the span: the rate is below about one per span, so the wait is at least
+  // runs x span; a short span says little more than that, so never less than the default.
+  const wait = left > 0 ? (runs * spanMs) / left : Math.max(RETRY_AFTER_UNKNOWN_MS, runs * spanMs);
   return Math.round(Math.min(RETRY_AFTER_MAX_MS, Math.max(RETRY_AFTER_MIN_MS, wait)));
 }
 
