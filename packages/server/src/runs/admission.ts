@@ -196,7 +196,14 @@ class Tally {
     const cls = item.run.class;
     const tenantCount = this.count('', set);
     if (cap > 0 && tenantCount >= cap) {
-      return { kind: 'concurrency', scope: 'tenant', class: cls, limit: limitName[set], limitValue: cap, active: tenantCount };
+      return {
+        kind: 'concurrency',
+        scope: 'tenant',
+        class: cls,
+        limit: limitName[set],
+        limitValue: cap,
+        active: tenantCount,
+      };
     }
     const perProject = item.limits.activePerProject;
     if (set === 'active' && perProject > 0) {
@@ -244,7 +251,12 @@ function observe(line: Line, counters: Map<string, AdmissionCounters>, clock: Cl
 
 function withEstimate(line: Line, refusal: Refusal): Refusal {
   if (refusal.kind !== 'concurrency') return refusal;
-  const set = refusal.limit === 'max_queued_runs' ? 'deferred' : refusal.limit === 'max_scheduled_runs' ? 'scheduled' : 'active';
+  const set =
+    refusal.limit === 'max_queued_runs'
+      ? 'deferred'
+      : refusal.limit === 'max_scheduled_runs'
+        ? 'scheduled'
+        : 'active';
   return { ...refusal, retryAfterMs: line.history.estimate(set) };
 }
 
@@ -262,11 +274,16 @@ async function decideBatch(
   const seen = await readCounters(db, tenant, projects);
   observe(line, seen, clock);
   const plain = new Tally(seen);
-  batch.forEach((item, i) => {
-    if (item.limits.runQuota || item.limits.spend) return;
-    const over = plain.over(item);
-    if (over) outcomes[i] = { ok: false, refusal: withEstimate(line, over) };
-  });
+  // When the counters are due to be set right, every request goes to the locked read: a counter
+  // that drifted up must not refuse the tenant from plain reads for ever.
+  const reconcileDue =
+    line.reconciledAt === undefined || clock.now() - line.reconciledAt >= RECONCILE_EVERY_MS;
+  if (!reconcileDue)
+    batch.forEach((item, i) => {
+      if (item.limits.runQuota || item.limits.spend) return;
+      const over = plain.over(item);
+      if (over) outcomes[i] = { ok: false, refusal: withEstimate(line, over) };
+    });
   if (outcomes.every((o) => o !== undefined)) return outcomes;
 
   return db.transaction(async (tx) => {

@@ -193,7 +193,9 @@ export async function readCounters(
 /** Sets a tenant's counters to the true counts (under its admission lock); returns the rows it fixed. */
 export async function reconcileCounters(tx: SqlClient, tenant: string): Promise<number> {
   return (
-    await tx.query<{ fixed: number }>('SELECT sluice_reconcile_admission_counters($1::text) AS fixed', [tenant])
+    await tx.query<{ fixed: number }>('SELECT sluice_reconcile_admission_counters($1::text) AS fixed', [
+      tenant,
+    ])
   ).rows[0]!.fixed;
 }
 
