@@ -161,11 +161,6 @@ function setOf(run: NewRun, limits: TenantLimits): { set: CountedSet; cap: numbe
   return { set: 'active', cap: limits.activePerTenant };
 }
 
-const column = {
-  active: 'default_active',
-  scheduled: 'default_scheduled',
-  deferred: 'deferred_waiting',
-} as const;
 const limitName = {
   active: 'max_active_runs',
   scheduled: 'max_scheduled_runs',
