@@ -34,18 +34,19 @@ export type Refusal =
 export type Admission = { ok: true; run: RunRow } | { ok: false; refusal: Refusal };
 
 /*
- * How admission stays exact and cheap (figures: `npm run bench:server`, PostgreSQL 15, 32
- * clients, one tenant, this 2-core box shared with other work; requests/s as a fraction of a
- * bare Fastify route's in the same run):
+ * How admission stays exact and cheap. Figures: `npm run bench:server`, PostgreSQL 15, 32
+ * clients, one tenant, requests/s as a fraction of a bare Fastify route's measured in the same
+ * alternating rounds, on the 2-core box shared with other work (load average 21 to 34, so
+ * each figure moves by about a third between runs):
  *
- *   lock and count per request (before: BEGIN, advisory lock, count(*) of the tenant's active
- *   runs, INSERT, COMMIT; two admissions of a tenant at once per process)
- *                                   admitted 0.13 (247 of 1,864/s)   refused 0.16
- *   counter rows, one request per transaction (the same, with the count read from
- *   admission_counters instead of count(*))
- *                                   admitted 0.16                    refused 0.19
- *   counter rows + group commit (below) + refusals from a plain read
- *                                   see README / bench output        (measured at the end)
+ *                                                          admitted   refused
+ *   lock and count per request (before: BEGIN, advisory      0.16       0.38   (--quick)
+ *   lock, count(*) of the tenant's runs, INSERT, COMMIT;     (0.13 and 0.37 on a quiet box)
+ *   two admissions of a tenant at once per process)
+ *   counter rows, MAX_BATCH = 1 (one admission per           0.17       0.56   (--quick)
+ *   transaction), refusals from a plain read
+ *   counter rows, batches of up to MAX_BATCH, refusals       0.44       0.56   (--quick)
+ *   from a plain read (this code)                            0.37       0.51   (full run)
  *
  * The cost was never the count: it was one commit (a WAL flush) per admission, made one after
  * another under the tenant's lock. So a process gathers the admissions of a tenant that arrive
