@@ -6,11 +6,16 @@
  *   - an over-cap request (429: auth, validation, the cap check, nothing written),
  *   - the bare Fastify route (the floor: HTTP on loopback and the load generator itself).
  *
- * Store: embedded PGlite, and PostgreSQL too when one can be found or started.
- * Run: npm run bench:server   (-- --quick)
+ * Store: embedded PGlite, and PostgreSQL too when one can be found or started. For each store the
+ * bare route, the admitted run and the refusal take turns in rounds of 500 ms, and each ratio is
+ * taken against the bare route's rounds beside it, so a shared machine's changes in load fall on
+ * both sides alike.
+ * Run: npm run bench:server   (-- --quick). The last line of output is one line of JSON:
+ * admitted_vs_bare and refused_vs_bare are requests/s as a fraction of the bare route's, on
+ * PostgreSQL (pglite_* the same on PGlite).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import Fastify from 'fastify';
@@ -24,28 +29,41 @@ import { ensurePostgres } from '../scripts/postgres.mjs';
 
 const quick = process.argv.includes('--quick');
 const seconds = quick ? 2 : 5;
+const roundMs = 500;
+const rounds = (seconds * 1000) / roundMs;
 const concurrency = 32;
 
-async function load(request: () => Promise<number>, expected: number) {
-  const latencies: number[] = [];
-  let wrong = 0;
-  const end = performance.now() + seconds * 1000;
+/** Requests of one kind over several rounds: their latencies (ms) and the time spent on them. */
+interface Sampled {
+  latencies: number[];
+  ms: number;
+  wrong: number;
+}
+const sampled = (): Sampled => ({ latencies: [], ms: 0, wrong: 0 });
+
+async function load(into: Sampled, request: () => Promise<number>, expected: number, ms: number) {
+  const start = performance.now();
+  const end = start + ms;
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
       while (performance.now() < end) {
-        const start = performance.now();
+        const t0 = performance.now();
         const status = await request();
-        latencies.push(performance.now() - start);
-        if (status !== expected) wrong++;
+        into.latencies.push(performance.now() - t0);
+        if (status !== expected) into.wrong++;
       }
     }),
   );
-  latencies.sort((a, b) => a - b);
+  into.ms += performance.now() - start;
+}
+
+function figures(s: Sampled) {
+  const sorted = [...s.latencies].sort((a, b) => a - b);
   return {
-    rps: latencies.length / seconds,
-    p50: latencies[Math.floor(latencies.length / 2)]!,
-    p99: latencies[Math.floor(latencies.length * 0.99)]!,
-    wrong,
+    rps: (sorted.length * 1000) / s.ms,
+    p50: sorted[Math.floor(sorted.length / 2)]!,
+    p99: sorted[Math.floor(sorted.length * 0.99)]!,
+    wrong: s.wrong,
   };
 }
 
@@ -68,21 +86,12 @@ if (url) {
 
 const json = { 'content-type': 'application/json' };
 const rows: string[][] = [];
-const floor = await load(
-  () =>
-    fetch(`${bareUrl}/constant`, { method: 'POST', headers: json, body: '{"input":"x"}' }).then(
-      async (r) => (await r.arrayBuffer(), r.status),
-    ),
-  200,
-);
-rows.push([
-  'bare Fastify route (constant)',
-  '-',
-  floor.rps.toFixed(0),
-  floor.p50.toFixed(2),
-  floor.p99.toFixed(2),
-  '1.00x',
-]);
+const bareRequest = () =>
+  fetch(`${bareUrl}/constant`, { method: 'POST', headers: json, body: '{"input":"x"}' }).then(
+    async (r) => (await r.arrayBuffer(), r.status),
+  );
+const ratios: Record<string, number> = {};
+const loadAtStart = loadavg()[0]!;
 
 for (const store of stores) {
   const dir = mkdtempSync(join(tmpdir(), 'sluice-bench-server-'));
@@ -94,6 +103,8 @@ for (const store of stores) {
     port: 0,
     dataDir: dir,
     databaseUrl: store.databaseUrl,
+    // No request log, as on the bare route: the figure is the cost of admission, not of logging.
+    logger: false,
   });
   const token = (
     await createToken(server.store.db, { tenant: 'bench', project: 'p', user: 'u', role: 'member' })
@@ -105,8 +116,27 @@ for (const store of stores) {
     );
   // One run that never ends holds the default-class cap of 1, so the next ones get 429.
   await post('{"input":"hold","wait":false}');
-  const admitted = await load(() => post('{"input":"later","class":"deferred","wait":false}'), 202);
-  const refused = await load(() => post('{"input":"over"}'), 429);
+  // Short rounds, the three kinds in turn: on a shared machine, load that comes and goes falls on
+  // all three alike instead of on whichever ran during it.
+  const [bareS, admittedS, refusedS] = [sampled(), sampled(), sampled()];
+  for (let round = 0; round < rounds; round++) {
+    await load(bareS, bareRequest, 200, roundMs);
+    await load(admittedS, () => post('{"input":"later","class":"deferred","wait":false}'), 202, roundMs);
+    await load(refusedS, () => post('{"input":"over"}'), 429, roundMs);
+  }
+  const [floor, admitted, refused] = [figures(bareS), figures(admittedS), figures(refusedS)];
+  rows.push([
+    'bare Fastify route (constant)',
+    `(beside ${store.name})`,
+    floor.rps.toFixed(0),
+    floor.p50.toFixed(2),
+    floor.p99.toFixed(2),
+    '1.00x',
+  ]);
+  const prefix = store.databaseUrl ? '' : 'pglite_';
+  ratios[`${prefix}admitted_vs_bare`] = Number((admitted.rps / floor.rps).toFixed(3));
+  ratios[`${prefix}refused_vs_bare`] = Number((refused.rps / floor.rps).toFixed(3));
+  ratios[`${prefix}bare_rps`] = Math.round(floor.rps);
   for (const [label, r] of [
     ['admitted deferred run (202)', admitted],
     ['over the cap (429)', refused],
@@ -191,7 +221,7 @@ await isolationProvider.close();
 rmSync(isoDir, { recursive: true, force: true });
 
 console.log(
-  `\nRun server against a bare Fastify route, ${concurrency} concurrent clients, ${seconds} s each, one run`,
+  `\nRun server against a bare Fastify route, ${concurrency} concurrent clients, ${seconds} s each in rounds of ${roundMs} ms, one run`,
 );
 console.log(`node ${process.version}, ${new Date().toISOString().slice(0, 10)}\n`);
 const header = ['request', 'store', 'requests/s', 'p50 ms', 'p99 ms', 'cost vs bare'];
@@ -209,3 +239,16 @@ console.log(
   `| ${backlog} deferred runs queued or running | ${loaded.p50.toFixed(2)} | ${loaded.p99.toFixed(2)} |`,
 );
 console.log(`p50 with the backlog / without: ${(loaded.p50 / empty.p50).toFixed(3)}`);
+console.log(
+  `\nratio = requests/s against the bare route's, measured in the same rounds; load average ${loadAtStart.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end (2-core machine)`,
+);
+console.log(
+  JSON.stringify({
+    bench: 'server',
+    ...ratios,
+    clients: concurrency,
+    seconds,
+    load_avg_start: Number(loadAtStart.toFixed(1)),
+    load_avg_end: Number(loadavg()[0]!.toFixed(1)),
+  }),
+);

@@ -4,6 +4,7 @@ import swagger from '@fastify/swagger';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { openCacheStore } from './cache/open.js';
 import type { CacheStore } from './cache/store.js';
+import { systemClock } from 'sluice/concurrency';
 import { CallbackDispatcher, checkCallbackUrl } from './callbacks/index.js';
 import type { SluiceConfig } from './config.js';
 import { authenticate } from './http/auth.js';
@@ -74,6 +75,8 @@ export interface AppOptions {
   /** The secret a scraper may send to `/metrics` besides an admin token; default: SLUICE_METRICS_TOKEN. */
   metricsToken?: string;
   ops?: OpsOptions;
+  /** The clock admission reads (the Retry-After estimate); default: the system clock. */
+  clock?: RouteContext['clock'];
 }
 
 /**
@@ -178,6 +181,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     waiters,
     places: cache,
     limitsFor,
+    clock: options.clock ?? systemClock,
     checkCallbackUrl:
       options.checkCallbackUrl ??
       (async (raw) => {

@@ -103,7 +103,8 @@ describe.runIf(postgres)('two server processes on one PostgreSQL', () => {
     expect(admitted.length).toBeLessThanOrEqual(250);
     expect(admitted.length).toBe(250); // nothing finished during the burst, so exactly the cap
     for (const r of refused) {
-      expect(r.retryAfter).toBe('30');
+      // Estimated: no run finished during the burst, so 30 to 60 s (runs/retry-after.ts).
+      expect(r.retryAfter).toMatch(/^([345]\d|60)$/);
       expect(r.body.error).toMatchObject({ type: 'agent_run_concurrency_limit', limit_value: 250 });
     }
     const rows = await pool.query(`SELECT count(*)::int AS n FROM agent_runs WHERE tenant = 'burst'`);

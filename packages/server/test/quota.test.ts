@@ -104,7 +104,8 @@ it('the project cap: 429 with scope project, while another project of the tenant
   // Queued or running, it holds the project's one place either way.
   const refused = await post('p1', { input: 'more' });
   expect(refused.status).toBe(429);
-  expect(refused.retryAfter).toBe('30');
+  // Estimated from how fast the tenant's runs finish (runs/retry-after.ts): 1 to 60 s.
+  expect(refused.retryAfter).toMatch(/^([1-9]|[1-5]\d|60)$/);
   expect(refused.body.error).toMatchObject({
     type: 'agent_run_concurrency_limit',
     scope: 'project',

@@ -1,5 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import type { Refusal } from '../runs/admission.js';
+import { RETRY_AFTER_UNKNOWN_MS, retryAfterSeconds } from '../runs/retry-after.js';
 import { expectations, patternMeanings } from './schemas.js';
 
 /**
@@ -63,14 +64,16 @@ export const draining = () =>
     },
   );
 
-/** Seconds a client should wait before asking again after a cap that frees as runs end. */
-const CAP_RETRY_AFTER_S = 30;
+/** A used-up quota frees by the clock, not as runs end: a fixed wait. */
 const QUOTA_RETRY_AFTER_S = 60;
 
 /** The 429 of each admission refusal. */
 export function refusalError(refusal: Refusal): HttpError {
   switch (refusal.kind) {
     case 'concurrency': {
+      // A cap that frees as runs move on: the wait estimated from the tenant's runs (see
+      // runs/retry-after.ts), in the header (whole seconds) and the body (milliseconds).
+      const retryAfterMs = refusal.retryAfterMs ?? RETRY_AFTER_UNKNOWN_MS;
       const what = {
         max_active_runs: 'active default-class runs',
         max_queued_runs: 'queued or scheduled deferred runs',
@@ -87,8 +90,9 @@ export function refusalError(refusal: Refusal): HttpError {
           scope: refusal.scope,
           class: refusal.class,
           active: refusal.active,
+          retry_after_ms: retryAfterMs,
         },
-        { 'retry-after': String(CAP_RETRY_AFTER_S) },
+        { 'retry-after': String(retryAfterSeconds(retryAfterMs)) },
       );
     }
     case 'quota':

@@ -1,4 +1,5 @@
 import type { Database } from '@sluice/postgres/database';
+import type { Clock } from 'sluice/concurrency';
 import type { Places } from '../cache/places.js';
 import type { AdmissionHooks } from '../ops/admissions.js';
 import type { SluiceConfig } from '../config.js';
@@ -17,6 +18,8 @@ export interface RouteContext {
   /** Held runs per user and WebSocket connections (the cache store's places). */
   readonly places: Places;
   readonly limitsFor: (tenant: string) => TenantLimits;
+  /** What admission reads the time from (its Retry-After estimate). */
+  readonly clock: Clock;
   /** Vets a callback destination; a message says why it is refused. */
   readonly checkCallbackUrl: (
     raw: string,

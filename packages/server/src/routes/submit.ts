@@ -1,7 +1,7 @@
 import type { FastifyReply } from 'fastify';
 import { HttpError, badRequest, draining, notFound, refusalError, shown } from '../http/errors.js';
 import { placeKeys } from '../cache/places.js';
-import { admitRun, type Refusal, type WithRun } from '../runs/admission.js';
+import { admitRun, userRetryAfterMs, type Refusal, type WithRun } from '../runs/admission.js';
 import type { RunClass } from '../runs/lifecycle.js';
 import { getRun, newRunId, type NewRun, type RunConfig, type RunRow } from '../runs/store.js';
 import type { ServerSettings } from '../settings.js';
@@ -127,6 +127,7 @@ export async function admitQueued(
     newRun,
     ctx.limitsFor(who.tenant),
     ctx.settings.statementTimeoutMs,
+    ctx.clock,
     withRun,
   );
   if (!admission.ok) throw refused(ctx, who, admission.refusal);
@@ -150,6 +151,7 @@ export async function takePlace(ctx: RouteContext, who: Principal, runClass: Run
       limit: 'max_concurrent_per_user',
       limitValue: limit,
       active: place.held,
+      retryAfterMs: userRetryAfterMs(ctx.db, who.tenant),
     });
   }
   return place.release;
@@ -215,6 +217,7 @@ export async function admitHeld(
       { ...newRun, id, mode: 'inline', threadLeaseMs: threadLeaseMs(settings) },
       ctx.limitsFor(who.tenant),
       settings.statementTimeoutMs,
+      ctx.clock,
     );
     if (!admission.ok) throw refused(ctx, who, admission.refusal);
     ctx.admissions?.admitted(newRun.class);

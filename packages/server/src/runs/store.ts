@@ -111,20 +111,25 @@ export const newRunId = () => `run_${randomBytes(12).toString('hex')}`;
 
 /** Inserts an admitted run (inside the admission transaction). */
 export async function insertRun(tx: SqlClient, who: Principal, run: NewRun): Promise<RunRow> {
-  const id = run.id ?? newRunId();
-  const scheduled = run.schedule !== undefined;
-  const inserted = await tx.query<RunRow>(
-    `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, metadata, started_at,
-       worker, scheduled_for, callback_url, thread_id, config, api_request)
-     VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::jsonb, $10::jsonb,
-       CASE WHEN $7::text = 'inline' THEN clock_timestamp() END, CASE WHEN $7::text = 'inline' THEN $11::text END,
-       -- A time in the past is due now: it never counts as having waited since then.
-       CASE WHEN $12::float8 IS NOT NULL THEN greatest(to_timestamp($12::float8 / 1000), clock_timestamp())
-            WHEN $13::float8 IS NOT NULL THEN clock_timestamp() + $13::float8 * interval '1 millisecond' END,
-       $14::text, $15::text, $16::jsonb, $17::jsonb)
-     RETURNING ${full}`,
-    [
-      id,
+  return (await insertRuns(tx, [{ who, run }]))[0]!;
+}
+
+/** Columns of one run's VALUES row, in the order of `insertRuns`' column list. */
+const RUN_VALUES = 17;
+
+/**
+ * Inserts admitted runs in one statement (one admission batch: one round trip and one commit
+ * for all of them). Rows come back in the order given.
+ */
+export async function insertRuns(tx: SqlClient, runs: { who: Principal; run: NewRun }[]): Promise<RunRow[]> {
+  const params: unknown[] = [];
+  const values: string[] = [];
+  const ids = runs.map(({ run }) => run.id ?? newRunId());
+  runs.forEach(({ who, run }, i) => {
+    const scheduled = run.schedule !== undefined;
+    const $ = (n: number) => `$${i * RUN_VALUES + n}`;
+    params.push(
+      ids[i],
       who.tenant,
       who.project,
       who.user,
@@ -141,9 +146,63 @@ export async function insertRun(tx: SqlClient, who: Principal, run: NewRun): Pro
       run.threadId ?? null,
       toJsonb(run.config),
       toJsonb(run.apiRequest),
-    ],
+    );
+    values.push(
+      `(${$(1)}::text, ${$(2)}::text, ${$(3)}::text, ${$(4)}::text, ${$(5)}::text, ${$(6)}::text, ${$(7)}::text,
+        ${$(8)}::text, ${$(9)}::jsonb, ${$(10)}::jsonb,
+        CASE WHEN ${$(7)}::text = 'inline' THEN clock_timestamp() END, CASE WHEN ${$(7)}::text = 'inline' THEN ${$(11)}::text END,
+        CASE WHEN ${$(12)}::float8 IS NOT NULL THEN greatest(to_timestamp(${$(12)}::float8 / 1000), clock_timestamp())
+             WHEN ${$(13)}::float8 IS NOT NULL THEN clock_timestamp() + ${$(13)}::float8 * interval '1 millisecond' END,
+        ${$(14)}::text, ${$(15)}::text, ${$(16)}::jsonb, ${$(17)}::jsonb)`,
+    );
+  });
+  // A time in the past is due now (greatest(..., now)): it never counts as having waited since then.
+  const inserted = await tx.query<RunRow>(
+    `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, metadata, started_at,
+       worker, scheduled_for, callback_url, thread_id, config, api_request)
+     VALUES ${values.join(',\n')}
+     RETURNING ${full}`,
+    params,
   );
-  return inserted.rows[0]!;
+  const byId = new Map(inserted.rows.map((row) => [row.id, row]));
+  return ids.map((id) => byId.get(id)!);
+}
+
+/** A tenant's admission counters (see sql/015_admission_counters.sql); project '' is the whole tenant. */
+export interface AdmissionCounters {
+  project: string;
+  default_active: number;
+  default_scheduled: number;
+  deferred_waiting: number;
+  /** Runs that ever left each set, as text (bigint). */
+  active_left: string;
+  scheduled_left: string;
+  deferred_left: string;
+}
+
+/** The tenant's row and its projects' rows; a tenant or project with no row has none counted yet. */
+export async function readCounters(
+  db: SqlClient,
+  tenant: string,
+  projects: string[],
+): Promise<Map<string, AdmissionCounters>> {
+  const rows = (
+    await db.query<AdmissionCounters>(
+      `SELECT project, default_active, default_scheduled, deferred_waiting, active_left, scheduled_left, deferred_left
+       FROM admission_counters WHERE tenant = $1::text AND project = ANY($2::text[])`,
+      [tenant, ['', ...projects]],
+    )
+  ).rows;
+  return new Map(rows.map((r) => [r.project, r]));
+}
+
+/** Sets a tenant's counters to the true counts (under its admission lock); returns the rows it fixed. */
+export async function reconcileCounters(tx: SqlClient, tenant: string): Promise<number> {
+  return (
+    await tx.query<{ fixed: number }>('SELECT sluice_reconcile_admission_counters($1::text) AS fixed', [
+      tenant,
+    ])
+  ).rows[0]!.fixed;
 }
 
 export async function getRun(db: SqlClient, tenant: string, id: string): Promise<RunRow | undefined> {

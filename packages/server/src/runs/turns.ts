@@ -1,8 +1,9 @@
 import type { Database } from '@sluice/postgres/database';
 
 /**
- * Admissions of one tenant that run at once in one process. They wait for each other on the
- * tenant's advisory lock anyway; waiting in the process instead means a burst from one tenant,
+ * Admission batches of one tenant that run at once in one process (each batch takes every
+ * admission of the tenant waiting when its turn comes; see admission.ts). They wait for each
+ * other on the tenant's advisory lock anyway; waiting in the process instead means a burst from one tenant,
  * or a session stuck holding its lock, ties up this many pooled connections rather than the
  * whole pool, and other tenants are still served. Two, not one, so one admission's connection
  * checkout and BEGIN overlap the other's work under the lock.

@@ -1,0 +1,166 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Database } from '@sluice/postgres/database';
+import { describe, expect, it } from 'vitest';
+import { ManualClock } from 'sluice/concurrency';
+import { openStore } from '@sluice/server';
+import { failLostRuns, interruptRuns } from '../../src/node/nodes.js';
+import { admitRun, RECONCILE_EVERY_MS, type Admission } from '../../src/runs/admission.js';
+import { claimDefaultRun } from '../../src/runs/claims.js';
+import type { TenantLimits } from '../../src/runs/policy.js';
+import { expireRuns, promoteDueRuns } from '../../src/runs/scheduler.js';
+import { cancelNotStarted, finishRun, type NewRun } from '../../src/runs/store.js';
+import type { Principal } from '../../src/store/tokens.js';
+import { afterThisTest, freshDatabase, postgres } from '../helpers.js';
+
+const limits = (over: Partial<TenantLimits> = {}): TenantLimits => ({
+  activePerTenant: 0,
+  activePerProject: 0,
+  deferredQueued: 0,
+  scheduled: 0,
+  ...over,
+});
+const who = (tenant: string, project = 'p'): Principal => ({
+  tokenId: 'tok',
+  tenant,
+  project,
+  user: 'u',
+  role: 'member',
+});
+const run = (over: Partial<NewRun> = {}): NewRun => ({
+  agent: 'echo',
+  class: 'default',
+  mode: 'queued',
+  input: 'x',
+  metadata: {},
+  worker: 'w1',
+  ...over,
+});
+
+async function openDb(databaseUrl: string): Promise<Database> {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-counters-'));
+  const store = await openStore({ databaseUrl, dataDir: dir });
+  afterThisTest(async () => {
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return store.db;
+}
+
+/** The tenant's counter rows beside the true counts of its runs: they must be equal. */
+async function expectExact(db: Database, tenant: string) {
+  const [counters, truth] = await Promise.all([
+    db.query(
+      `SELECT project, default_active, default_scheduled, deferred_waiting FROM admission_counters
+       WHERE tenant = $1::text AND (default_active, default_scheduled, deferred_waiting) <> (0, 0, 0) ORDER BY project`,
+      [tenant],
+    ),
+    db.query(
+      `SELECT k.project,
+              count(*) FILTER (WHERE class = 'default' AND status IN ('queued', 'running'))::int AS default_active,
+              count(*) FILTER (WHERE class = 'default' AND status = 'scheduled')::int AS default_scheduled,
+              count(*) FILTER (WHERE class = 'deferred' AND status IN ('queued', 'scheduled'))::int AS deferred_waiting
+       FROM agent_runs r, LATERAL (VALUES (''), (r.project)) AS k(project)
+       WHERE tenant = $1::text AND status IN ('scheduled', 'queued', 'running') GROUP BY k.project ORDER BY k.project`,
+      [tenant],
+    ),
+  ]);
+  expect(counters.rows).toEqual(truth.rows);
+  return counters.rows as { project: string; default_active: number }[];
+}
+
+const admittedId = (a: Admission) => {
+  if (!a.ok) throw new Error(`refused: ${JSON.stringify(a.refusal)}`);
+  return a.run.id;
+};
+
+describe.runIf(postgres)('admission counters on PostgreSQL', () => {
+  it('every way a run enters or leaves a counted set keeps the counters equal to the true counts', async () => {
+    const db = await openDb(await freshDatabase());
+    const t = 'paths';
+    const admit = async (r: NewRun, project = 'p') =>
+      admittedId(await admitRun(db, who(t, project), r, limits()));
+    const queued = await Promise.all(Array.from({ length: 6 }, (_, i) => admit(run(), i % 2 ? 'p' : 'q')));
+    const inline = await admit(run({ mode: 'inline', worker: 'w2' }));
+    await admit(run({ class: 'deferred' }));
+    const deferredLater = await admit(run({ class: 'deferred', schedule: { delayMs: 3_600_000 } }));
+    await admit(run({ schedule: { delayMs: 0 } }), 'q');
+    await admit(run({ schedule: { delayMs: 3_600_000 } }));
+    expect(await expectExact(db, t)).toContainEqual(
+      expect.objectContaining({ project: '', default_active: 7 }),
+    );
+
+    // Claimed (queued to running: no change), then finished.
+    const claimed = await claimDefaultRun(db, 'w1');
+    const rest = queued.filter((id) => id !== claimed!.id);
+    await expectExact(db, t);
+    await finishRun(db, claimed!.id, 'w1', { status: 'succeeded', output: 'ok' });
+    await expectExact(db, t);
+    // Canceled while queued, and while scheduled.
+    await cancelNotStarted(db, t, rest[0]!);
+    await cancelNotStarted(db, t, deferredLater);
+    await expectExact(db, t);
+    // A due scheduled run promoted to queued.
+    expect(await promoteDueRuns(db, () => limits())).toBe(1);
+    await expectExact(db, t);
+    // Paused for an approval (leaves the set), resumed (enters it again, uncapped).
+    await db.query(`UPDATE agent_runs SET status = 'requires_action' WHERE id = $1::text`, [rest[1]]);
+    await expectExact(db, t);
+    await db.query(`UPDATE agent_runs SET status = 'running', worker = 'w1' WHERE id = $1::text`, [rest[1]]);
+    await expectExact(db, t);
+    // Interrupted at shutdown, lost with its worker, expired in the deferred queue.
+    expect(await interruptRuns(db, 'w1', [rest[1]!])).toEqual([rest[1]]);
+    await expectExact(db, t);
+    expect(await failLostRuns(db, 0)).toBeGreaterThanOrEqual(1); // w2 never heartbeats: the inline run
+    const lost = await db.query<{ status: string }>(`SELECT status FROM agent_runs WHERE id = $1::text`, [
+      inline,
+    ]);
+    expect(lost.rows[0]!.status).toBe('failed');
+    await expectExact(db, t);
+    expect(await expireRuns(db, 0)).toBe(1); // the queued deferred one
+    await expectExact(db, t);
+    // Deleted while active (a manual cleanup): the place comes back too.
+    await db.query(`DELETE FROM agent_runs WHERE id = $1::text`, [rest[2]]);
+    await expectExact(db, t);
+  }, 60_000);
+
+  it('400 concurrent admissions through two handles (two processes), cap 50, project cap 30: exactly the caps, counted exactly', async () => {
+    const url = await freshDatabase();
+    const [one, two] = [await openDb(url), await openDb(url)];
+    const capped = limits({ activePerTenant: 50, activePerProject: 30 });
+    const results = await Promise.all(
+      Array.from({ length: 400 }, (_, i) =>
+        admitRun(i % 2 ? one : two, who('burst', i % 3 ? 'a' : 'b'), run(), capped),
+      ),
+    );
+    const admitted = results.filter((r) => r.ok);
+    expect(admitted.length).toBe(50);
+    const rows = await expectExact(one, 'burst');
+    expect(rows.find((r) => r.project === 'a')!.default_active).toBeLessThanOrEqual(30);
+    expect(rows.find((r) => r.project === 'b')!.default_active).toBeLessThanOrEqual(30);
+    for (const r of results) {
+      if (!r.ok) expect(r.refusal).toMatchObject({ kind: 'concurrency', limit: 'max_active_runs' });
+    }
+  }, 60_000);
+
+  it('a counter that drifted is set right within RECONCILE_EVERY_MS, even while plain reads say the cap is full', async () => {
+    const db = await openDb(await freshDatabase());
+    const clock = new ManualClock();
+    const capped = limits({ activePerTenant: 2 });
+    const admit = () => admitRun(db, who('drift'), run(), capped, 15_000, clock);
+    admittedId(await admit());
+    // Drifted up (a manual edit): the tenant looks full with one run.
+    await db.query(`UPDATE admission_counters SET default_active = 2 WHERE tenant = 'drift'`);
+    const refused = await admit();
+    expect(refused).toMatchObject({ ok: false, refusal: { kind: 'concurrency', active: 2 } });
+    clock.advance(RECONCILE_EVERY_MS);
+    admittedId(await admit());
+    await expectExact(db, 'drift');
+    // Drifted down (rows lost), with the interval over: set right before the cap is checked, so it holds.
+    await db.query(`DELETE FROM admission_counters WHERE tenant = 'drift'`);
+    clock.advance(RECONCILE_EVERY_MS);
+    expect(await admit()).toMatchObject({ ok: false, refusal: { limitValue: 2, active: 2 } });
+    await expectExact(db, 'drift');
+  }, 60_000);
+});
