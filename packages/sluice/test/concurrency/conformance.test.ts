@@ -133,12 +133,14 @@ describe('conformance suite catches broken limiters', () => {
 
   it('a limiter that ignores keys', async () => {
     const failed = await failingCases(ignoringKeys);
-    expect(failed).toEqual([
+    for (const name of [
       'keys take turns in a workload, each key first in, first out',
       'requests without a key share one key and keep their arrival order',
       "a cancelled request leaves its key's turn to the key's next request",
       'keys are fair within a workload and priority still ranks workloads',
       'a key that is not a string of 1 to 256 characters is a ConcurrencyConfigError',
-    ]);
+    ]) {
+      expect(failed).toContain(name);
+    }
   }, 60_000);
 });
