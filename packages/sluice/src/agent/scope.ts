@@ -16,6 +16,8 @@ export interface RunScope {
   readonly parentRunId: string | undefined;
   readonly limiter: ConcurrencyLimiter<string> | undefined;
   readonly workload: string | undefined;
+  /** Who the run works for: its slot requests' fairness key (see `AcquireRequest.key`). */
+  readonly key: string | undefined;
   /** Aborted when the run is cancelled or its budget runs out: requests and tools stop on it. */
   readonly signal: AbortSignal;
   /**
@@ -51,6 +53,7 @@ export interface ScopeInit {
   readonly parent: RunScope | undefined;
   readonly limiter: ConcurrencyLimiter<string> | undefined;
   readonly workload: string | undefined;
+  readonly key: string | undefined;
   readonly clock: Clock;
   readonly timeoutMs: number | undefined;
   readonly signal: AbortSignal | undefined;
@@ -84,6 +87,7 @@ export function openScope(init: ScopeInit): { scope: RunScope; close(): void } {
     parentRunId: parent?.runId,
     limiter: init.limiter,
     workload: init.workload,
+    key: init.key,
     signal: whole.signal,
     cancelSignal: cancel.signal,
     deadline,

@@ -104,8 +104,9 @@ export class FairQueue<N extends FairNode<N>> implements Iterable<N> {
   grantNow(key: string): number {
     const known = this.#lanes.get(key);
     const tag = startTag({ virtualTime: this.#virtualTime, lastGrantTag: known?.lastGrantTag });
+    // After the advance: it may have forgotten this very lane.
     this.#advance(tag);
-    const lane = known ?? this.#lane(key);
+    const lane = this.#lane(key);
     lane.lastGrantTag = tag;
     if (lane.queue.size === 0) this.#retire(lane);
     return tag;
