@@ -165,7 +165,9 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       waiter.timeoutMs === undefined
         ? undefined
         : Math.max(0, waiter.timeoutMs - (this.#clock.now() - waiter.startedAt));
-    const pass = this.#passes.submit({ enqueue: { id: waiter.id, workload: waiter.workload, key: waiter.key, timeoutMs } });
+    const pass = this.#passes.submit({
+      enqueue: { id: waiter.id, workload: waiter.workload, key: waiter.key, timeoutMs },
+    });
     waiter.enqueued = pass;
     let result: PassResult;
     try {

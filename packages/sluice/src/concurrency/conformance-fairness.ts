@@ -45,7 +45,11 @@ async function servingOrderOf(
     controllers.push(controller);
     const p = limiter.acquire({ key: r.key, timeoutMs: long, signal: controller.signal });
     if (r.cancel) p.catch(() => undefined);
-    else pending.set(i, p.then((lease) => (order.push(r.label), [i, lease] as const)));
+    else
+      pending.set(
+        i,
+        p.then((lease) => (order.push(r.label), [i, lease] as const)),
+      );
     await waitUntilQueued(limiter, ++queued);
   }
   for (const [i, r] of requests.entries()) if (r.cancel) controllers[i]!.abort(new Error('cancelled'));
@@ -126,7 +130,10 @@ export function fairnessConformanceCases(): FairnessCase[] {
         const pending = new Map<number, Promise<readonly [number, ConcurrencyLease<string>]>>();
         for (const [i, [workload, key, label]] of labels.entries()) {
           const p = limiter.acquire({ workload, key, timeoutMs: long });
-          pending.set(i, p.then((lease) => (order.push(label), [i, lease] as const)));
+          pending.set(
+            i,
+            p.then((lease) => (order.push(label), [i, lease] as const)),
+          );
           await waitUntilQueued(limiter, i + 1);
         }
         let current = holder;
@@ -152,7 +159,10 @@ export function fairnessConformanceCases(): FairnessCase[] {
             },
             (error: unknown) => error,
           );
-          assert.ok(outcome instanceof ConcurrencyConfigError, `key ${String(key).slice(0, 20)}: expected ConcurrencyConfigError`);
+          assert.ok(
+            outcome instanceof ConcurrencyConfigError,
+            `key ${String(key).slice(0, 20)}: expected ConcurrencyConfigError`,
+          );
           assert.equal(outcome.field, 'key');
           assert.equal(outcome.limiter, limiter.name);
         }

@@ -19,16 +19,24 @@ function keyLog(inner: ConcurrencyLimiter<'default'>) {
 }
 
 describe('run({ concurrency: { key } })', () => {
-  it("gives every slot request of the run its key; a child run keeps it unless it sets its own", async () => {
+  it('gives every slot request of the run its key; a child run keeps it unless it sets its own', async () => {
     const p = await f.provider({
       reply: (r) => {
         const system = r.messages.find((m) => m.role === 'system');
         if (String(system?.content).includes('child')) return { text: 'child says hi' };
-        return toolThenAnswer(() => [{ name: 'ask', arguments: { own: false } }, { name: 'ask', arguments: { own: true } }])(r);
+        return toolThenAnswer(() => [
+          { name: 'ask', arguments: { own: false } },
+          { name: 'ask', arguments: { own: true } },
+        ])(r);
       },
     });
     const { limiter, keys } = keyLog(f.limiter({ maxConcurrent: 2 }));
-    const child = createAgent({ model: f.model(p), credentials: f.credentials, instructions: 'child', clock: f.clock });
+    const child = createAgent({
+      model: f.model(p),
+      credentials: f.credentials,
+      instructions: 'child',
+      clock: f.clock,
+    });
     const parent = createAgent({
       model: f.model(p),
       credentials: f.credentials,

@@ -57,7 +57,13 @@ describe('prepareAcquire', () => {
       expect(prepared.ok).toBe(false);
       const error = (prepared as { error: Error }).error;
       expect(error).toBeInstanceOf(ConcurrencyConfigError);
-      expect(error).toMatchObject({ limiter: 'claude', workload: 'interactive', field: 'key', value: key, ...lineage });
+      expect(error).toMatchObject({
+        limiter: 'claude',
+        workload: 'interactive',
+        field: 'key',
+        value: key,
+        ...lineage,
+      });
       expect(error.message).toContain('Expected `key` to be a string of 1 to 256 characters');
       expect(error.message).toContain(got);
     }
