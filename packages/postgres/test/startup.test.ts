@@ -177,8 +177,13 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: schema versions', () => {
     );
     await Promise.all(workers.map((w) => w.ready()));
     expect(await versions(schema)).toEqual([1, 2, 3]);
-    // The first release's pass function stays for its workers until they are all replaced.
-    expect(await functions(schema)).toEqual(['concurrency_grant', 'concurrency_pass', 'concurrency_pass_v2']);
+    // The earlier releases' pass functions stay for their workers until they are all replaced.
+    expect(await functions(schema)).toEqual([
+      'concurrency_grant',
+      'concurrency_pass',
+      'concurrency_pass_v2',
+      'concurrency_pass_v3',
+    ]);
     // The old worker's slot still counts.
     const [first] = workers;
     const error = await first!.acquire({ timeoutMs: 200 }).catch((e: unknown) => e);
