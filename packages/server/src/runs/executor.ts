@@ -1,6 +1,7 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import type { Database } from '@sluice/postgres/database';
 import { RunTimeoutError, type Agent, type ToolEvent } from 'sluice';
+import { MAX_KEY_LENGTH } from 'sluice/concurrency';
 import type { SluiceConfig } from '../config.js';
 import { agentFor } from '../config.js';
 import type { ServerSettings } from '../settings.js';
@@ -127,6 +128,8 @@ export class Executor {
         prompt: chatMessages(run.input),
         history: history.map(toChatMessage),
         signal,
+        // Tenants sharing a provider limiter take turns in its queue (fair queuing by key).
+        concurrency: { key: tenantKey(run.tenant) },
         timeoutMs: heldTimeout ?? this.settings.maxDurationMs,
         bounds: {
           maxParallelToolCalls: config.max_parallel_tool_calls ?? this.settings.maxParallelToolCalls,
@@ -363,4 +366,9 @@ export class Executor {
       this.#watching = false;
     }
   }
+}
+
+/** A tenant as a limiter key: itself, or a digest of it past the keys' length limit. */
+function tenantKey(tenant: string): string {
+  return tenant.length <= MAX_KEY_LENGTH ? tenant : `sha256:${createHash('sha256').update(tenant).digest('hex')}`;
 }
