@@ -370,5 +370,7 @@ export class Executor {
 
 /** A tenant as a limiter key: itself, or a digest of it past the keys' length limit. */
 function tenantKey(tenant: string): string {
-  return tenant.length <= MAX_KEY_LENGTH ? tenant : `sha256:${createHash('sha256').update(tenant).digest('hex')}`;
+  return tenant.length <= MAX_KEY_LENGTH
+    ? tenant
+    : `sha256:${createHash('sha256').update(tenant).digest('hex')}`;
 }
