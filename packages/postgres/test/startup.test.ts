@@ -30,7 +30,7 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: schema and stored limits', (
       `SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = $1`,
       [schema],
     );
-    expect(tables.rows[0].n).toBe(4); // limiters, leases, waiters, schema version
+    expect(tables.rows[0].n).toBe(5); // limiters, leases, waiters, fair keys, schema version
   }, 120_000);
 
   it('refuses a worker whose limits differ from the stored ones, naming the differences', async () => {
