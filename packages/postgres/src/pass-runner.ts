@@ -46,7 +46,7 @@ export interface PassContext {
 
 /**
  * The allocation passes of one limiter object. A pass is one short transaction on the
- * limiter's row lock: `concurrency_pass_v2` (lock, the batch's changes, sweep, state), the
+ * limiter's row lock: `concurrency_pass_v3` (lock, the batch's changes, sweep, state), the
  * decisions of pass.ts, `concurrency_grant` when anyone gets a slot, commit. At most one pass
  * is in flight; everything said meanwhile goes into the next, so a process has at most one
  * transaction waiting for the row lock, however busy it is. Every pass is under the outage
@@ -84,6 +84,7 @@ export class PassRunner {
             enqueues.map((e) => e.id),
             enqueues.map((e) => e.workload),
             enqueues.map((e) => e.timeoutMs ?? null),
+            enqueues.map((e) => e.key),
             inputs.flatMap((i) => (i.release ? [i.release] : [])),
             inputs.flatMap((i) => (i.cancel ? [i.cancel] : [])),
             inputs.flatMap((i) => i.heartbeat ?? []),

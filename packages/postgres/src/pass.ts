@@ -1,13 +1,13 @@
 /**
- * One allocation pass, between its two SQL calls: decode what `concurrency_pass_v2` read
+ * One allocation pass, between its two SQL calls: decode what `concurrency_pass_v3` read
  * under the limiter's row lock, then decide who gets a slot (the shared `allocate` rules) and
  * what becomes of the requests this pass put in the queue. Pure: no SQL, no clock.
  */
-import { allocate } from 'sluice/concurrency';
+import { allocate, servingOrder } from 'sluice/concurrency';
 import type { LeaseRow } from './queries.js';
 import { allocationLimits, type StoredLimits } from './stored-limits.js';
 
-/** A row of `concurrency_pass_v2` as the driver returns it (see sql/002_named_pass_columns.sql). */
+/** A row of `concurrency_pass_v3` as the driver returns it (see sql/003_fair_keys.sql). */
 export interface PassRow {
   readonly kind: string;
   readonly workload: string | null;
@@ -21,12 +21,16 @@ export interface PassRow {
   readonly fence: number | null;
   readonly acquired_at: number | null;
   readonly expires_at: number | null;
+  /** Start tag of a `head` row (fair queuing by key). */
+  readonly tag: number | null;
 }
 
 /** A request at the head of its workload's queue. */
 export interface QueueHead {
   /** Arrival number, across the limiter. */
   readonly seq: number;
+  /** Start tag of fair queuing by key: the workload serves the smallest first. */
+  readonly tag: number;
   /** The waiter's id. */
   readonly id: string;
   /** The process that waits for it. */
@@ -49,7 +53,7 @@ export function decodePassRow(row: PassRow): PassItem {
   const need = <K extends keyof PassRow>(column: K): NonNullable<PassRow[K]> => {
     const value = row[column];
     if (value === null || value === undefined) {
-      throw new Error(`concurrency_pass_v2 returned a \`${row.kind}\` row without \`${column}\``);
+      throw new Error(`concurrency_pass_v3 returned a \`${row.kind}\` row without \`${column}\``);
     }
     return value as NonNullable<PassRow[K]>;
   };
@@ -80,10 +84,16 @@ export function decodePassRow(row: PassRow): PassItem {
     case 'head':
       return {
         kind: 'head',
-        head: { seq: need('seq'), id: need('waiter_id'), owner: need('owner'), workload: need('workload') },
+        head: {
+          seq: need('seq'),
+          id: need('waiter_id'),
+          owner: need('owner'),
+          workload: need('workload'),
+          tag: need('tag'),
+        },
       };
     default:
-      throw new Error(`concurrency_pass_v2 returned a row of unknown kind \`${row.kind}\``);
+      throw new Error(`concurrency_pass_v3 returned a row of unknown kind \`${row.kind}\``);
   }
 }
 
@@ -94,7 +104,7 @@ export interface PassState {
   readonly active: number[];
   /** Requests waiting, in all (the ones this pass added included). */
   readonly queued: number;
-  /** The first waiters of each workload, oldest first, indexed like `limits.workloads`. */
+  /** The first waiters of each workload, in serving order, indexed like `limits.workloads`. */
   readonly heads: QueueHead[][];
   /** Heartbeated waiters whose queue entry is still there. */
   readonly present: Set<string>;
@@ -153,7 +163,7 @@ export function decodePass(rows: readonly PassRow[]): PassState | undefined {
       }
     }
   }
-  for (const list of heads) list.sort((a, b) => a.seq - b.seq);
+  for (const list of heads) list.sort(servingOrder);
   return { limits, active, queued, heads, present, claimed, nextExpiryMs };
 }
 
@@ -161,6 +171,8 @@ export function decodePass(rows: readonly PassRow[]): PassState | undefined {
 export interface Enqueue {
   readonly id: string;
   readonly workload: string;
+  /** Its fairness key; `IMPLICIT_KEY` ('') for none. */
+  readonly key: string;
   /** How long it may still wait; `undefined` for no deadline, 0 for a free slot or none. */
   readonly timeoutMs: number | undefined;
 }

@@ -138,7 +138,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     if (this.#closed) {
       return Promise.reject(this.#errors.failure(new Error('the limiter is closed'), workload, request));
     }
-    const { waiter, promise } = this.#waiters.add(request, workload, prepared.timeoutMs);
+    const { waiter, promise } = this.#waiters.add(request, workload, prepared.key, prepared.timeoutMs);
     void this.#start(waiter);
     return promise as Promise<ConcurrencyLease<W>>;
   }
@@ -165,7 +165,9 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       waiter.timeoutMs === undefined
         ? undefined
         : Math.max(0, waiter.timeoutMs - (this.#clock.now() - waiter.startedAt));
-    const pass = this.#passes.submit({ enqueue: { id: waiter.id, workload: waiter.workload, timeoutMs } });
+    const pass = this.#passes.submit({
+      enqueue: { id: waiter.id, workload: waiter.workload, key: waiter.key, timeoutMs },
+    });
     waiter.enqueued = pass;
     let result: PassResult;
     try {

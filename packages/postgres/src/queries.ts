@@ -27,10 +27,10 @@ export function limiterQueries(schema: string) {
     replaceLimits: `UPDATE ${s}.concurrency_limiters SET limits = $2::jsonb, updated_at = clock_timestamp()
       WHERE name = $1::text`,
 
-    // See concurrency_pass_v2 (sql/002_named_pass_columns.sql) and concurrency_grant
-    // (sql/001_concurrency.sql); pass.ts decodes the rows and decides the grants between them.
-    pass: `SELECT * FROM ${s}.concurrency_pass_v2($1::text, $2::text, $3::uuid[], $4::text[], $5::float8[],
-      $6::uuid[], $7::uuid[], $8::uuid[], $9::float8, $10::int, $11::float8)`,
+    // See concurrency_pass_v3 and concurrency_grant (sql/003_fair_keys.sql); pass.ts decodes
+    // the rows and decides the grants between them.
+    pass: `SELECT * FROM ${s}.concurrency_pass_v3($1::text, $2::text, $3::uuid[], $4::text[], $5::float8[],
+      $6::text[], $7::uuid[], $8::uuid[], $9::uuid[], $10::float8, $11::int, $12::float8)`,
     grant: `SELECT * FROM ${s}.concurrency_grant($1::text, $2::uuid[], $3::text[], $4::text[], $5::boolean[],
       $6::float8[], $7::uuid[], $8::float8, $9::float8, $10::text)`,
 

@@ -11,6 +11,7 @@ import { postgresDefaults } from './options.js';
 const versions = [
   { version: 1, file: '001_concurrency.sql' },
   { version: 2, file: '002_named_pass_columns.sql' },
+  { version: 3, file: '003_fair_keys.sql' },
 ] as const;
 
 /** The version this code needs. */

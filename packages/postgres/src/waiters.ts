@@ -15,6 +15,8 @@ import type { LeaseRow } from './queries.js';
 export interface LocalWaiter {
   readonly id: string;
   readonly workload: string;
+  /** Its fairness key ('' for none). */
+  readonly key: string;
   readonly request: AcquireRequest<string>;
   /** When the request arrived, on the limiter's clock: its deadline counts from here. */
   readonly startedAt: number;
@@ -76,6 +78,7 @@ export class LocalWaiters {
   add(
     request: AcquireRequest<string>,
     workload: string,
+    key: string,
     timeoutMs: number | undefined,
   ): { waiter: LocalWaiter; promise: Promise<ConcurrencyLease<string>> } {
     let resolve!: (lease: ConcurrencyLease<string>) => void;
@@ -84,6 +87,7 @@ export class LocalWaiters {
     const waiter: LocalWaiter = {
       id: randomUUID(),
       workload,
+      key,
       request,
       startedAt: this.clock.now(),
       timeoutMs,

@@ -30,7 +30,7 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: schema and stored limits', (
       `SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = $1`,
       [schema],
     );
-    expect(tables.rows[0].n).toBe(4); // limiters, leases, waiters, schema version
+    expect(tables.rows[0].n).toBe(5); // limiters, leases, waiters, fair keys, schema version
   }, 120_000);
 
   it('refuses a worker whose limits differ from the stored ones, naming the differences', async () => {
@@ -176,9 +176,14 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: schema versions', () => {
       createPostgresConcurrencyLimiter({ db, schema, name: 'old', maxConcurrent: 1, listen: false }),
     );
     await Promise.all(workers.map((w) => w.ready()));
-    expect(await versions(schema)).toEqual([1, 2]);
-    // The first release's pass function stays for its workers until they are all replaced.
-    expect(await functions(schema)).toEqual(['concurrency_grant', 'concurrency_pass', 'concurrency_pass_v2']);
+    expect(await versions(schema)).toEqual([1, 2, 3]);
+    // The earlier releases' pass functions stay for their workers until they are all replaced.
+    expect(await functions(schema)).toEqual([
+      'concurrency_grant',
+      'concurrency_pass',
+      'concurrency_pass_v2',
+      'concurrency_pass_v3',
+    ]);
     // The old worker's slot still counts.
     const [first] = workers;
     const error = await first!.acquire({ timeoutMs: 200 }).catch((e: unknown) => e);
@@ -193,6 +198,6 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: schema versions', () => {
     const schema = uniqueSchema('twice');
     await pool.query(postgresConcurrencySchemaSql({ schema }));
     await pool.query(postgresConcurrencySchemaSql({ schema }));
-    expect(await versions(schema)).toEqual([1, 2]);
+    expect(await versions(schema)).toEqual([1, 2, 3]);
   });
 });

@@ -24,11 +24,12 @@ const empty: PassRow = {
   fence: null,
   acquired_at: null,
   expires_at: null,
+  tag: null,
 };
 const row = (fields: Partial<PassRow>): PassRow => ({ ...empty, ...fields });
 const limitsRow = row({ kind: 'limits', limits_json: JSON.stringify(stored) });
-const head = (workload: string, seq: number, owner = 'me') =>
-  row({ kind: 'head', workload, seq, waiter_id: `w${seq}`, owner });
+const head = (workload: string, seq: number, owner = 'me', tag = 0) =>
+  row({ kind: 'head', workload, seq, waiter_id: `w${seq}`, owner, tag });
 
 describe('decoding a pass', () => {
   it('decodes each kind of row into its own shape', () => {
@@ -48,7 +49,7 @@ describe('decoding a pass', () => {
     });
     expect(decodePassRow(head('bulk', 7, 'other'))).toEqual({
       kind: 'head',
-      head: { seq: 7, id: 'w7', owner: 'other', workload: 'bulk' },
+      head: { seq: 7, tag: 0, id: 'w7', owner: 'other', workload: 'bulk' },
     });
     expect(
       decodePassRow(
@@ -81,10 +82,10 @@ describe('decoding a pass', () => {
 
   it('refuses a row of an unknown kind, or without a column its kind needs', () => {
     expect(() => decodePassRow(row({ kind: 'lease' }))).toThrow(
-      'concurrency_pass_v2 returned a row of unknown kind `lease`',
+      'concurrency_pass_v3 returned a row of unknown kind `lease`',
     );
     expect(() => decodePassRow(row({ kind: 'head', workload: 'vip', seq: 1, owner: 'me' }))).toThrow(
-      'concurrency_pass_v2 returned a `head` row without `waiter_id`',
+      'concurrency_pass_v3 returned a `head` row without `waiter_id`',
     );
     expect(() => decodePassRow(row({ kind: 'active', workload: 'vip' }))).toThrow('without `count`');
   });
@@ -109,6 +110,17 @@ describe('decoding a pass', () => {
     expect([...state.present]).toEqual(['w9']);
     expect(state.claimed).toEqual([]);
     expect(state.nextExpiryMs).toBe(250);
+  });
+
+  it('orders the heads of a workload by start tag, then arrival (fair queuing by key)', () => {
+    const state = decodePass([
+      limitsRow,
+      head('bulk', 2, 'me', 5),
+      head('bulk', 9, 'me', 4),
+      head('bulk', 3, 'me', 4),
+      head('vip', 8, 'me', 1),
+    ])!;
+    expect(state.heads.map((list) => list.map((h) => h.seq))).toEqual([[8], [3, 9, 2]]);
   });
 
   it('without a limits row, there is no such limiter', () => {
@@ -170,8 +182,8 @@ describe('deciding the new entries of a pass', () => {
       head('vip', 4),
     ])!;
     const plan = planPass(state, [
-      { id: 'w3', workload: 'bulk', timeoutMs: undefined },
-      { id: 'w4', workload: 'vip', timeoutMs: 0 },
+      { id: 'w3', workload: 'bulk', key: '', timeoutMs: undefined },
+      { id: 'w4', workload: 'vip', key: '', timeoutMs: 0 },
     ]);
     // 3 slots, 1 in use by bulk: vip (priority) takes its reserved one, bulk its second and last.
     expect(plan.grants.map((g) => g.id)).toEqual(['w4', 'w1']);

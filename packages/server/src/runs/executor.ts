@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import type { Database } from '@sluice/postgres/database';
 import {
   RunTimeoutError,
@@ -7,6 +7,7 @@ import {
   type RunResult,
   type ToolEvent,
 } from 'sluice';
+import { MAX_KEY_LENGTH } from 'sluice/concurrency';
 import type { SluiceConfig } from '../config.js';
 import { agentFor, checkClasses, workloadOf } from '../config.js';
 import { withoutInput } from '../ops/logging.js';
@@ -150,6 +151,8 @@ export class Executor {
       const options = {
         history: history.map(toChatMessage),
         signal,
+        // Tenants sharing a provider limiter take turns in its queue (fair queuing by key).
+        concurrency: { key: tenantKey(run.tenant), ...(workload === undefined ? {} : { workload }) },
         timeoutMs: heldTimeout ?? this.settings.maxDurationMs,
         bounds: {
           maxParallelToolCalls: config.max_parallel_tool_calls ?? this.settings.maxParallelToolCalls,
@@ -157,7 +160,6 @@ export class Executor {
           turnTimeoutMs: config.turn_timeout_ms,
         },
         events: { onText: listener?.onText, onTool: listener?.onTool, onConcurrency: this.#onConcurrency },
-        ...(workload === undefined ? {} : { concurrency: { workload } }),
       };
       const result = run.resuming
         ? await this.#resume(agent as Agent<string>, run, options)
@@ -412,4 +414,11 @@ export class Executor {
       this.#watching = false;
     }
   }
+}
+
+/** A tenant as a limiter key: itself, or a digest of it past the keys' length limit. */
+function tenantKey(tenant: string): string {
+  return tenant.length <= MAX_KEY_LENGTH
+    ? tenant
+    : `sha256:${createHash('sha256').update(tenant).digest('hex')}`;
 }

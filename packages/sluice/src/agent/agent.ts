@@ -10,6 +10,7 @@ import type { Clock } from '../concurrency/clock.js';
 import { ConcurrencyConfigError, ConcurrencyError, type RequestLineage } from '../concurrency/errors.js';
 import type { ConcurrencyEventListener } from '../concurrency/events.js';
 import type { ConcurrencyLimiter } from '../concurrency/limiter.js';
+import { resolveKey } from '../concurrency/options.js';
 import { withLineage } from '../concurrency/slot.js';
 import { resolveCredentials, resolveModel, type Credential, type ModelSpec } from '../models/model.js';
 import {
@@ -94,8 +95,13 @@ export interface RunOptions<W extends string> {
   /** The run's whole time budget, slot waits included. A child stays within its parent's. */
   timeoutMs?: number;
   signal?: AbortSignal;
-  /** A workload of the agent's limiter for this run. */
-  concurrency?: { workload: W };
+  /**
+   * `workload`: a workload of the agent's limiter for this run. `key`: who the run works for
+   * (a tenant, a user): among the requests waiting in one workload, keys take turns, so one
+   * key's burst cannot hold another key's requests back for long. The run's child runs keep
+   * its key unless they set their own. 1 to 256 characters.
+   */
+  concurrency?: { workload?: W; key?: string };
   /** Listeners of this run; one that throws is ignored. */
   events?: RunEvents;
   /** JSON Schema the final answer must match, as JSON; the parsed value is `result.data`. */
@@ -253,13 +259,14 @@ export class Agent<W extends string = never> {
     const parent = runScope.getStore();
     const runId = randomUUID();
     const lineage = { runId, rootRunId: parent?.rootRunId ?? runId, parentRunId: parent?.runId };
-    const { limiter, workload } = this.#concurrencyOf(options, parent, lineage);
+    const { limiter, workload, key } = this.#concurrencyOf(options, parent, lineage);
     const trace = new RunTrace({ ...lineage, limiter: limiter?.name, workload, model: this.#model });
     const { scope, close } = openScope({
       runId,
       parent,
       limiter,
       workload,
+      key,
       clock: this.#runtime.clock,
       timeoutMs,
       signal: options.signal,
@@ -313,7 +320,12 @@ export class Agent<W extends string = never> {
         throw error instanceof ConcurrencyError ? withLineage(error, lineage) : error;
       }
     }
-    return { limiter, workload };
+    // The key says who the work is for, whichever limiter a child uses: it is inherited.
+    const key = options.concurrency?.key ?? parent?.key;
+    if (options.concurrency?.key !== undefined) {
+      resolveKey({ name: limiter?.name ?? 'none' }, options.concurrency.key, workload ?? 'default', lineage);
+    }
+    return { limiter, workload, key };
   }
 
   async #run(scope: RunScope, options: Pick<RunOptions<W>, 'schema'>, plan: RunPlan): Promise<RunResult> {

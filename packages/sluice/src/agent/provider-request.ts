@@ -225,6 +225,7 @@ function takeSlot(scope: RunScope, requestId: string): Promise<HeldSlot<string> 
   return acquireSlot({
     limiter: scope.limiter,
     workload: scope.workload,
+    key: scope.key,
     // Cancellation only: the budget goes in as `timeoutMs`, and acquireSlot alone decides
     // that a wait has timed out. Were the run's own deadline abort passed here too, its timer
     // and the limiter's would race to say `wait-cancelled` or `timed-out`.

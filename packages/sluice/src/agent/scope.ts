@@ -17,6 +17,8 @@ export interface RunScope {
   readonly parentRunId: string | undefined;
   readonly limiter: ConcurrencyLimiter<string> | undefined;
   readonly workload: string | undefined;
+  /** Who the run works for: its slot requests' fairness key (see `AcquireRequest.key`). */
+  readonly key: string | undefined;
   /** Aborted when the run is cancelled or its budget runs out: requests and tools stop on it. */
   readonly signal: AbortSignal;
   /**
@@ -54,6 +56,7 @@ export interface ScopeInit {
   readonly parent: RunScope | undefined;
   readonly limiter: ConcurrencyLimiter<string> | undefined;
   readonly workload: string | undefined;
+  readonly key: string | undefined;
   readonly clock: Clock;
   readonly timeoutMs: number | undefined;
   readonly signal: AbortSignal | undefined;
@@ -88,6 +91,7 @@ export function openScope(init: ScopeInit): { scope: RunScope; close(): void } {
     parentRunId: parent?.runId,
     limiter: init.limiter,
     workload: init.workload,
+    key: init.key,
     signal: whole.signal,
     cancelSignal: cancel.signal,
     deadline,

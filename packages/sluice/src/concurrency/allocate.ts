@@ -8,10 +8,38 @@
  *   shared (unreserved) slots; nobody else ever takes its reserved slots, idle or not;
  * - among workloads that have room, the highest `priority` goes first; a tie goes to the
  *   request that has waited longest (lowest arrival `seq`);
- * - within a workload, arrival order;
+ * - within a workload, fair queuing by key (see "Fairness by key" below): the request with the
+ *   smallest start tag, then the earliest arrival; requests without a key share one implicit
+ *   key, so a workload nobody keys is served in plain arrival order, exactly as before keys;
  * - a workload without room (at its ceiling, or out of shared slots with its reservation
  *   used) is skipped: it never blocks another workload;
  * - a request whose deadline has passed is never granted.
+ *
+ * Fairness by key (start-time fair queuing, one unit of work per grant):
+ * - each workload keeps a virtual time `V`: the start tag of its latest grant (0 at first);
+ * - a request of key `k` gets, on arrival, the start tag `max(V, next)`, where `next` is one
+ *   more than the tag of `k`'s newest queued request, or, when `k` has none queued, one more
+ *   than the tag of `k`'s latest grant (absent: `V`). See {@link startTag};
+ * - the workload serves the smallest tag first, ties by arrival ({@link servingOrder}), and a
+ *   grant moves `V` up to the granted tag.
+ * So each key's requests stay first in, first out, and keys take turns: one grant per key per
+ * tag value. A request of a key with nothing queued gets tag `V` (or `V + 1` if that key had
+ * the latest grant), so it is never put behind another key's backlog.
+ *
+ * Starvation bound: every other key holds at most one request per tag value, so a request
+ * given tag `V` (a key new to the workload, or one that was not just served) waits for at most
+ * `n - 1` grants of other keys, `n` being the keys with requests queued in the workload when it
+ * arrives (itself included); one given `V + 1` waits for at most `2 (n - 1)`. Keys that become
+ * active later arrive with tags no smaller than `V` and later arrival numbers, so they never
+ * overtake a request already given tag `V`. A burst of 1,000 requests of key A therefore
+ * delays key B's next request by at most one of A's grants, not 1,000.
+ *
+ * How keys compose with priority: priority is a property of workloads, keys live inside one
+ * workload. The limiter first picks the workload (highest priority among those with room, ties
+ * to the oldest head); fairness only decides which request is that workload's head. So a key
+ * can never raise its priority, and within equal priority, workloads still tie on arrival.
+ * Cancelled or timed-out requests keep the tags they were given: the virtual time is not
+ * charged back, which costs only their own key (its later requests keep their places).
  */
 
 /** The part of the limits the rules read. `ResolvedLimits` satisfies it. */
@@ -32,6 +60,55 @@ export interface WaitingEntry {
   readonly seq: number;
   /** Time after which the request must not be granted; absent for no deadline. */
   readonly deadline?: number | undefined;
+  /**
+   * Start tag of fair queuing by key ({@link startTag}); absent counts as 0. Within a workload
+   * the sources must yield entries in {@link servingOrder}.
+   */
+  readonly tag?: number | undefined;
+}
+
+/** The longest fairness key accepted, in UTF-16 code units. */
+export const MAX_KEY_LENGTH = 256;
+
+/**
+ * The key of requests that give none. Keys given by callers are never empty, so it cannot
+ * collide with one of theirs.
+ */
+export const IMPLICIT_KEY = '';
+
+/** What a key's new start tag depends on: the workload's virtual time and the key's history. */
+export interface KeyHistory {
+  /** The workload's virtual time: the start tag of its latest grant, 0 before any. */
+  readonly virtualTime: number;
+  /** Start tag of the key's newest queued request; absent when it has none queued. */
+  readonly newestQueuedTag?: number | undefined;
+  /** Start tag of the key's latest grant; absent when none is remembered. */
+  readonly lastGrantTag?: number | undefined;
+}
+
+/**
+ * The start tag of a key's new request (the PostgreSQL limiter computes the same in SQL, in
+ * `concurrency_pass_v3`; `sql/003_fair_keys.sql`).
+ *
+ * @example
+ * startTag({ virtualTime: 7 })                                   // => 7: a key new to the queue
+ * startTag({ virtualTime: 7, newestQueuedTag: 950 })             // => 951: behind its own backlog
+ * startTag({ virtualTime: 7, lastGrantTag: 7 })                  // => 8: it had the latest grant
+ */
+export function startTag(history: KeyHistory): number {
+  const { virtualTime, newestQueuedTag, lastGrantTag } = history;
+  const next =
+    newestQueuedTag !== undefined
+      ? newestQueuedTag + 1
+      : lastGrantTag !== undefined
+        ? lastGrantTag + 1
+        : virtualTime;
+  return Math.max(virtualTime, next);
+}
+
+/** The order a workload serves its requests in: smallest start tag, then earliest arrival. */
+export function servingOrder(a: WaitingEntry, b: WaitingEntry): number {
+  return (a.tag ?? 0) - (b.tag ?? 0) || a.seq - b.seq;
 }
 
 export interface AllocationInput<E extends WaitingEntry> {
@@ -39,8 +116,9 @@ export interface AllocationInput<E extends WaitingEntry> {
   /** Slots in use per workload, indexed like `limits.workloads`. */
   readonly active: readonly number[];
   /**
-   * Waiting requests per workload (indexed like `limits.workloads`), oldest first. Read lazily:
-   * only as many entries are taken from each as can be granted.
+   * Waiting requests per workload (indexed like `limits.workloads`), in {@link servingOrder}
+   * (arrival order when nobody uses keys). Read lazily: only as many entries are taken from
+   * each as can be granted.
    */
   readonly waiting: readonly (Iterable<E> | undefined)[];
   /** Current time, in the same clock as the deadlines. */

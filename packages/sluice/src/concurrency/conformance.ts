@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { ConcurrencyError } from './errors.js';
 import { ConcurrencyConfigError, ConcurrencyQueueFullError, ConcurrencyTimeoutError } from './errors.js';
 import type { AcquireRequest, ConcurrencyLease, ConcurrencyLimiter } from './limiter.js';
+import { fairnessConformanceCases, waitUntilQueued } from './conformance-fairness.js';
 import type { ConcurrencyLimiterOptions } from './options.js';
 
 type AnyLimiter = ConcurrencyLimiter<string>;
@@ -38,7 +39,7 @@ let caseCounter = 0;
 /**
  * The checks any `ConcurrencyLimiter` must pass: atomic allocation, expiring leases,
  * idempotent renew and release, unique lease ids, cancel-safe acquire, the workload rules,
- * queue overflow and deadlines. Only the public interface is used, and real time.
+ * queue overflow and deadlines, and fair queuing by key. Only the public interface is used, and real time.
  *
  * @example
  * for (const c of concurrencyConformanceCases({ createLimiter: (o) => createMyLimiter(o) })) {
@@ -405,6 +406,7 @@ export function concurrencyConformanceCases(options: ConformanceOptions): Confor
       }),
     },
   ];
+  for (const c of fairnessConformanceCases()) cases.push({ name: c.name, run: withLimiters(c.run) });
   return cases;
 }
 
@@ -419,21 +421,4 @@ function settle<T>(promise: Promise<T>): Promise<Settled<T>> {
 
 function describe(error: unknown): string {
   return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-}
-
-/**
- * Waits until the limiter reports `n` queued requests, so that a case knows a request is
- * really in the queue before it goes on. Limiters without `stats` get a short pause instead.
- */
-async function waitUntilQueued(limiter: AnyLimiter, n: number): Promise<void> {
-  if (!limiter.stats) {
-    await sleep(50);
-    return;
-  }
-  for (let i = 0; i < 600; i++) {
-    const stats = await limiter.stats();
-    if (stats.queued >= n) return;
-    await sleep(i < 10 ? 0 : 5);
-  }
-  assert.fail(`expected ${n} queued requests`);
 }

@@ -16,13 +16,15 @@ import {
   type RequestLineage,
 } from './errors.js';
 import type { AcquireRequest, ConcurrencyStats, WorkloadStats } from './limiter.js';
-import { resolveWorkload, type ResolvedLimits, type ResolvedWorkload } from './options.js';
+import { resolveKey, resolveWorkload, type ResolvedLimits, type ResolvedWorkload } from './options.js';
 
 /** A request that may wait, or the error it must be rejected with at once. */
 export type PreparedAcquire<W extends string = string> =
   | {
       readonly ok: true;
       readonly workload: ResolvedWorkload<W>;
+      /** The request's fairness key; `IMPLICIT_KEY` when it gave none. */
+      readonly key: string;
       /** The wait allowed: the smaller of the workload's `maxWaitMs` and the caller's budget. */
       readonly timeoutMs: number | undefined;
     }
@@ -30,7 +32,8 @@ export type PreparedAcquire<W extends string = string> =
 
 /**
  * Checks a request before it may wait, in this order: its workload (unknown: the
- * `ConcurrencyConfigError`, with the request's lineage), its signal (already aborted: its
+ * `ConcurrencyConfigError`, with the request's lineage), its key (not a string of 1 to
+ * `MAX_KEY_LENGTH` characters: the same error, `field: 'key'`), its signal (already aborted: its
  * reason), its budget (0 or less: `ConcurrencyTimeoutError` with `waitMs: 0`). A request that
  * passes gets its workload and the wait it is allowed.
  *
@@ -44,8 +47,10 @@ export function prepareAcquire<W extends string>(
   request: AcquireRequest<W>,
 ): PreparedAcquire<W> {
   let workload: ResolvedWorkload<W>;
+  let key: string;
   try {
     workload = resolveWorkload(limits, request.workload, request);
+    key = resolveKey(limits, request.key, workload.name, request);
   } catch (error) {
     return { ok: false, error };
   }
@@ -60,7 +65,7 @@ export function prepareAcquire<W extends string>(
   const maxWaitMs = workload.maxWaitMs;
   const timeoutMs =
     maxWaitMs === undefined ? budget : budget === undefined ? maxWaitMs : Math.min(maxWaitMs, budget);
-  return { ok: true, workload, timeoutMs };
+  return { ok: true, workload, key, timeoutMs };
 }
 
 /** The errors of one limiter. */

@@ -10,10 +10,10 @@ import {
   type ResolvedLimits,
   type ResolvedWorkload,
 } from './options.js';
-import { WaitQueue, type QueueNode } from './wait-queue.js';
+import { FairQueue, type FairNode, type Lane } from './fair-queue.js';
 
 /** A request in the queue. It carries its own list links, so removal is O(1). */
-interface Waiter<W extends string> extends QueueNode<Waiter<W>> {
+interface Waiter<W extends string> extends FairNode<Waiter<W>> {
   readonly seq: number;
   readonly deadline: number | undefined;
   readonly workload: ResolvedWorkload<W>;
@@ -62,7 +62,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
 
   readonly #clock: Clock;
   readonly #errors: LimiterErrors;
-  readonly #queues: WaitQueue<Waiter<W>>[];
+  readonly #queues: FairQueue<Waiter<W>>[];
   readonly #active: number[];
   readonly #leases = new Map<string, LeaseRecord>();
   #queued = 0;
@@ -76,7 +76,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
     this.name = this.limits.name;
     this.#clock = options.clock ?? systemClock;
     this.#errors = limiterErrors(this.limits);
-    this.#queues = this.limits.workloads.map(() => new WaitQueue<Waiter<W>>());
+    this.#queues = this.limits.workloads.map(() => new FairQueue<Waiter<W>>());
     this.#active = this.limits.workloads.map(() => 0);
   }
 
@@ -87,7 +87,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
   acquire(request: AcquireRequest<W> = {}): Promise<ConcurrencyLease<W>> {
     const prepared = prepareAcquire(this.limits, request);
     if (!prepared.ok) return Promise.reject(prepared.error);
-    const { workload, timeoutMs } = prepared;
+    const { workload, key, timeoutMs } = prepared;
     const signal = request.signal;
 
     const now = this.#clock.now();
@@ -95,6 +95,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
     // Between events every grantable waiter has been granted, so a workload with room has no
     // queue of its own and nobody eligible is ahead: grant at once.
     if (hasRoom(this.limits, this.#active, workload.index)) {
+      this.#queues[workload.index]!.grantNow(key);
       return Promise.resolve(this.#grant(workload.index, now));
     }
     const maxQueued = this.limits.maxQueued;
@@ -112,6 +113,8 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
       next: undefined,
       queued: false,
       seq: this.#seq++,
+      tag: 0,
+      lane: undefined as Lane<Waiter<W>> | undefined,
       // Times are kept only when a deadline exists: each is a heap number per waiter.
       deadline: timeoutMs === undefined ? undefined : now + timeoutMs,
       enqueuedAt: timeoutMs === undefined ? undefined : now,
@@ -123,7 +126,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
       resolve: capturedResolve,
       reject: capturedReject,
     };
-    this.#queues[workload.index]!.push(waiter);
+    this.#queues[workload.index]!.push(waiter, key);
     this.#queued++;
     if (timeoutMs !== undefined) {
       waiter.timer = this.#clock.setTimeout(() => {
@@ -187,8 +190,10 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
     };
   }
 
-  #dequeue(waiter: Waiter<W>): void {
-    this.#queues[waiter.workload.index]!.remove(waiter);
+  #dequeue(waiter: Waiter<W>, granted = false): void {
+    const queue = this.#queues[waiter.workload.index]!;
+    if (granted) queue.grant(waiter);
+    else queue.remove(waiter);
     this.#queued--;
     if (waiter.timer !== undefined) {
       this.#clock.clearTimeout(waiter.timer);
@@ -217,7 +222,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
     });
     for (const waiter of expired) this.#expire(waiter, now);
     for (const { entry: waiter, workload } of grants) {
-      this.#dequeue(waiter);
+      this.#dequeue(waiter, true);
       waiter.resolve(this.#grant(workload, now));
     }
   }

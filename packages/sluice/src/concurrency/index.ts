@@ -38,9 +38,16 @@ export type { Clock, ClockTimer } from './clock.js';
 // Extension API, for a limiter of your own (the PostgreSQL limiter is built from these): the
 // allocation rules, option checks, request preparation, errors and stats that the built-in
 // limiters share, and the conformance suite it must pass.
-export { allocate } from './allocate.js';
-export type { AllocationInput, AllocationLimits, AllocationResult, Grant, WaitingEntry } from './allocate.js';
-export { optionError, resolveLimiterOptions, resolveWorkload } from './options.js';
+export { allocate, IMPLICIT_KEY, MAX_KEY_LENGTH, servingOrder, startTag } from './allocate.js';
+export type {
+  AllocationInput,
+  AllocationLimits,
+  AllocationResult,
+  Grant,
+  KeyHistory,
+  WaitingEntry,
+} from './allocate.js';
+export { optionError, resolveKey, resolveLimiterOptions, resolveWorkload } from './options.js';
 export type { ResolvedLimits, ResolvedWorkload } from './options.js';
 export { limiterErrors, prepareAcquire, statsOf } from './front.js';
 export type { LimiterErrors, PreparedAcquire, WorkloadCounts } from './front.js';

@@ -4,6 +4,12 @@ import type { RequestLineage } from './errors.js';
 export interface AcquireRequest<W extends string = string> extends RequestLineage {
   /** Workload to count the slot against; the limiter's default when absent. */
   readonly workload?: W | undefined;
+  /**
+   * Who the request is for (a tenant, a user): among the requests waiting in one workload, the
+   * keys take turns, each key's own requests first in, first out. Requests without a key
+   * share one implicit key. 1 to 256 characters.
+   */
+  readonly key?: string | undefined;
   /** Cancels the wait. The acquire then rejects with `signal.reason`. */
   readonly signal?: AbortSignal | undefined;
   /**

@@ -1,3 +1,4 @@
+import { IMPLICIT_KEY, MAX_KEY_LENGTH } from './allocate.js';
 import { SECOND, type Clock } from './clock.js';
 import { ConcurrencyConfigError, lineageOf, type RequestLineage } from './errors.js';
 
@@ -294,4 +295,29 @@ export function resolveWorkload<W extends string>(
     );
   }
   return found;
+}
+
+/**
+ * Checks a request's fairness key: absent (the implicit key), or a non-empty string of at
+ * most `MAX_KEY_LENGTH` characters. A key is stored by the PostgreSQL limiter with every
+ * queued request, so its length is bounded; an empty string is kept for the implicit key.
+ */
+export function resolveKey(
+  limits: { readonly name: string },
+  key: unknown,
+  workload: string,
+  lineage: RequestLineage = {},
+): string {
+  if (key === undefined) return IMPLICIT_KEY;
+  if (typeof key !== 'string' || key.length < 1 || key.length > MAX_KEY_LENGTH) {
+    const got =
+      typeof key === 'string' && key.length > 40
+        ? `a string of ${key.length} characters (${show(key.slice(0, 40))}...)`
+        : `\`${show(key)}\``;
+    throw new ConcurrencyConfigError(
+      `Expected \`key\` to be a string of 1 to ${MAX_KEY_LENGTH} characters, got ${got}`,
+      { limiter: limits.name, workload, ...lineageOf(lineage), field: 'key', value: key },
+    );
+  }
+  return key;
 }

@@ -16,6 +16,8 @@ import type { ConcurrencyLease, ConcurrencyLimiter } from './limiter.js';
 export interface SlotRequest<W extends string = string> extends RequestLineage {
   readonly limiter: ConcurrencyLimiter<W>;
   readonly workload?: W | undefined;
+  /** Fairness key of the request (see `AcquireRequest.key`). */
+  readonly key?: string | undefined;
   /** Cancels the wait, or, once held, marks the slot's request as cancelled. */
   readonly signal?: AbortSignal | undefined;
   /**
@@ -128,6 +130,7 @@ export async function acquireSlot<W extends string>(request: SlotRequest<W>): Pr
   try {
     lease = await limiter.acquire({
       workload: request.workload,
+      key: request.key,
       signal: wait.signal,
       timeoutMs: request.timeoutMs,
       ...lineage,

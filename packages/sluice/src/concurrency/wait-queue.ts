@@ -18,6 +18,16 @@ export class WaitQueue<N extends QueueNode<N>> implements Iterable<N> {
     return this.#size;
   }
 
+  /** The oldest node, if any. */
+  get head(): N | undefined {
+    return this.#head;
+  }
+
+  /** The newest node, if any. */
+  get tail(): N | undefined {
+    return this.#tail;
+  }
+
   push(node: N): void {
     node.prev = this.#tail;
     node.next = undefined;

@@ -72,6 +72,18 @@ function leakingOnCancel(options: ConcurrencyLimiterOptions<string>): Concurrenc
   };
 }
 
+/** Correct in every other way, but drops the key: each workload is served first in, first out. */
+function ignoringKeys(options: ConcurrencyLimiterOptions<string>): ConcurrencyLimiter<string> {
+  const inner = createConcurrencyLimiter(options);
+  return {
+    name: inner.name,
+    acquire: (request) => inner.acquire({ ...request, key: undefined }),
+    renew: (lease) => inner.renew(lease),
+    release: (lease) => inner.release(lease),
+    stats: () => inner.stats(),
+  };
+}
+
 async function failingCases(
   createLimiter: (o: ConcurrencyLimiterOptions<string>) => ConcurrencyLimiter<string>,
 ) {
@@ -117,5 +129,18 @@ describe('conformance suite catches broken limiters', () => {
     const failed = await failingCases(leakingOnCancel);
     expect(failed).toContain('an aborted signal removes the waiter and rejects with its reason');
     expect(failed).toContain('cancelling at the moment of a grant never leaks a slot');
+  }, 60_000);
+
+  it('a limiter that ignores keys', async () => {
+    const failed = await failingCases(ignoringKeys);
+    for (const name of [
+      'keys take turns in a workload, each key first in, first out',
+      'requests without a key share one key and keep their arrival order',
+      "a cancelled request leaves its key's turn to the key's next request",
+      'keys are fair within a workload and priority still ranks workloads',
+      'a key that is not a string of 1 to 256 characters is a ConcurrencyConfigError',
+    ]) {
+      expect(failed).toContain(name);
+    }
   }, 60_000);
 });

@@ -4,6 +4,8 @@ import {
   ConcurrencyLimiterError,
   ConcurrencyQueueFullError,
   ConcurrencyTimeoutError,
+  IMPLICIT_KEY,
+  MAX_KEY_LENGTH,
   limiterErrors,
   optionError,
   prepareAcquire,
@@ -34,8 +36,36 @@ describe('prepareAcquire', () => {
       expect(prepared).toEqual({
         ok: true,
         workload: limits.workloads.find((w) => w.name === (request.workload ?? 'background')),
+        key: IMPLICIT_KEY,
         timeoutMs,
       });
+    }
+  });
+
+  it('passes a key through, and refuses a key that is not a string of 1 to 256 characters', () => {
+    const ok = prepareAcquire(limits, { key: 'tenant-a' });
+    expect(ok).toMatchObject({ ok: true, key: 'tenant-a' });
+    expect(prepareAcquire(limits, { key: 'x'.repeat(MAX_KEY_LENGTH) })).toMatchObject({ ok: true });
+    const bad: [unknown, string][] = [
+      ['', 'got `""`'],
+      [42, 'got `42`'],
+      [null, 'got `null`'],
+      ['x'.repeat(MAX_KEY_LENGTH + 1), `got a string of ${MAX_KEY_LENGTH + 1} characters`],
+    ];
+    for (const [key, got] of bad) {
+      const prepared = prepareAcquire(limits, { key: key as string, workload: 'interactive', ...lineage });
+      expect(prepared.ok).toBe(false);
+      const error = (prepared as { error: Error }).error;
+      expect(error).toBeInstanceOf(ConcurrencyConfigError);
+      expect(error).toMatchObject({
+        limiter: 'claude',
+        workload: 'interactive',
+        field: 'key',
+        value: key,
+        ...lineage,
+      });
+      expect(error.message).toContain('Expected `key` to be a string of 1 to 256 characters');
+      expect(error.message).toContain(got);
     }
   });
 

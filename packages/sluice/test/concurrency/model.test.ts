@@ -1,7 +1,8 @@
 /**
  * Model-based test: random sequences of acquire, cancel, time passing, renew and release run
  * against the in-memory limiter and against a deliberately naive reference model written
- * from the rules in the spec. After every step the two must agree on every request's fate and
+ * from the rules in the spec (and fair queuing by key: start tags, smallest first, from the
+ * rule in allocate.ts, written again here with arrays). After every step the two must agree on every request's fate and
  * on the counts, and the limits must hold.
  */
 import fc from 'fast-check';
@@ -31,7 +32,13 @@ interface Config {
 }
 
 type Op =
-  | { kind: 'acquire'; workload: number; timeoutMs: number | undefined; cancellable: boolean }
+  | {
+      kind: 'acquire';
+      workload: number;
+      key: number | undefined;
+      timeoutMs: number | undefined;
+      cancellable: boolean;
+    }
   | { kind: 'cancel'; pick: number }
   | { kind: 'advance'; ms: number }
   | { kind: 'renew'; pick: number }
@@ -81,6 +88,7 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
     arbitrary: fc.record({
       kind: fc.constant('acquire' as const),
       workload: fc.nat(2),
+      key: fc.option(fc.nat(2), { nil: undefined }),
       timeoutMs: fc.option(fc.integer({ min: -1, max: 300 }), { nil: undefined, freq: 2 }),
       cancellable: fc.boolean(),
     }),
@@ -101,6 +109,10 @@ type Fate = 'waiting' | 'granted' | 'timed-out' | 'cancelled' | 'queue-full';
 interface ModelRequest {
   id: number;
   workload: number;
+  /** '' for a request without a key. */
+  key: string;
+  /** Start tag, once queued or granted. */
+  tag: number;
   fate: Fate;
   deadline: number | undefined;
   /** Set while granted and the lease has not expired or been released. */
@@ -111,7 +123,30 @@ interface ModelRequest {
 class Model {
   now = 0;
   requests: ModelRequest[] = [];
-  constructor(readonly config: Config) {}
+  /** Per workload: the tag of its latest grant. */
+  virtualTime: number[];
+  /** Per workload and key (`${workload}/${key}`): the tag of the key's latest grant. */
+  lastGrant = new Map<string, number>();
+  constructor(readonly config: Config) {
+    this.virtualTime = config.workloads.map(() => 0);
+  }
+
+  /** The tag a new request of `key` in workload `w` starts with. */
+  tagFor(w: number, key: string): number {
+    const v = this.virtualTime[w]!;
+    const queued = this.waiting().filter((r) => r.workload === w && r.key === key);
+    if (queued.length > 0) return Math.max(v, Math.max(...queued.map((r) => r.tag)) + 1);
+    const last = this.lastGrant.get(`${w}/${key}`);
+    return last === undefined ? v : Math.max(v, last + 1);
+  }
+
+  grant(r: ModelRequest): void {
+    r.fate = 'granted';
+    r.everGranted = true;
+    r.leaseExpiresAt = this.now + TTL;
+    this.lastGrant.set(`${r.workload}/${r.key}`, r.tag);
+    this.virtualTime[r.workload] = Math.max(this.virtualTime[r.workload]!, r.tag);
+  }
 
   active(w: number): number {
     return this.requests.filter((r) => r.workload === w && r.leaseExpiresAt !== undefined).length;
@@ -140,22 +175,25 @@ class Model {
 
   grantAll(): void {
     for (;;) {
-      const eligible = this.waiting().filter((r) => this.canGrant(r.workload));
-      if (eligible.length === 0) return;
+      // Each workload with room offers its head: smallest tag, then the longest waiter.
+      const heads = this.config.workloads.flatMap((_, w) => {
+        if (!this.canGrant(w)) return [];
+        const queue = this.waiting().filter((r) => r.workload === w);
+        queue.sort((a, b) => a.tag - b.tag || a.id - b.id);
+        return queue.length > 0 ? [queue[0]!] : [];
+      });
+      if (heads.length === 0) return;
       // Highest priority first, then the longest waiter.
-      eligible.sort(
+      heads.sort(
         (a, b) =>
           this.config.workloads[b.workload]!.options.priority -
             this.config.workloads[a.workload]!.options.priority || a.id - b.id,
       );
-      const winner = eligible[0]!;
-      winner.fate = 'granted';
-      winner.everGranted = true;
-      winner.leaseExpiresAt = this.now + TTL;
+      this.grant(heads[0]!);
     }
   }
 
-  acquire(id: number, workload: number, timeoutMs: number | undefined): ModelRequest {
+  acquire(id: number, workload: number, key: string, timeoutMs: number | undefined): ModelRequest {
     const w = this.config.workloads[workload]!;
     const wait = [w.options.maxWaitMs, timeoutMs]
       .filter((x) => x !== undefined)
@@ -163,21 +201,25 @@ class Model {
     const r: ModelRequest = {
       id,
       workload,
+      key,
+      tag: 0,
       fate: 'waiting',
       deadline: undefined,
       leaseExpiresAt: undefined,
       everGranted: false,
     };
-    this.requests.push(r);
     if (timeoutMs !== undefined && timeoutMs <= 0) r.fate = 'timed-out';
     else if (this.canGrant(workload)) {
-      r.fate = 'granted';
-      r.everGranted = true;
-      r.leaseExpiresAt = this.now + TTL;
-    } else if (this.config.maxQueued !== undefined && this.waiting().length - 1 >= this.config.maxQueued)
+      r.tag = this.tagFor(workload, key);
+      this.grant(r);
+    } else if (this.config.maxQueued !== undefined && this.waiting().length >= this.config.maxQueued)
       r.fate = 'queue-full';
     else if (wait <= 0) r.fate = 'timed-out';
-    else r.deadline = wait === Infinity ? undefined : this.now + wait;
+    else {
+      r.tag = this.tagFor(workload, key);
+      r.deadline = wait === Infinity ? undefined : this.now + wait;
+    }
+    this.requests.push(r);
     return r;
   }
 
@@ -247,6 +289,7 @@ async function runScenario(config: Config, ops: Op[]): Promise<void> {
         limiter
           .acquire({
             workload: config.workloads[workload]!.name,
+            key: op.key === undefined ? undefined : `k${op.key}`,
             timeoutMs: op.timeoutMs,
             signal: entry.controller?.signal,
           })
@@ -262,7 +305,7 @@ async function runScenario(config: Config, ops: Op[]): Promise<void> {
               else entry.fate = 'other';
             },
           );
-        model.acquire(real.length - 1, workload, op.timeoutMs);
+        model.acquire(real.length - 1, workload, op.key === undefined ? '' : `k${op.key}`, op.timeoutMs);
         break;
       }
       case 'cancel': {

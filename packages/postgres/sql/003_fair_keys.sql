@@ -1,0 +1,183 @@
+-- Version 3: fair queuing by key inside a workload (the rule: allocate.ts in sluice/concurrency).
+-- A queue entry carries its key and its start tag; a workload's queue is served by
+-- (tag, seq). concurrency_fair_keys keeps each key's latest grant tag while it still decides
+-- that key's next tag; the workload's virtual time is the largest of them.
+--
+-- Entries queued by workers of an earlier release (through concurrency_pass_v2) get the
+-- implicit key and tag 0, so during a rolling upgrade they are served ahead of tagged entries
+-- of the same workload: the limits hold throughout, only the order among them is first come.
+-- concurrency_grant keeps its signature (replaced in place), so workers of version 2 call it
+-- unchanged and their grants are remembered too.
+
+ALTER TABLE __SCHEMA__.concurrency_waiters ADD COLUMN IF NOT EXISTS fair_key text NOT NULL DEFAULT '';
+ALTER TABLE __SCHEMA__.concurrency_waiters ADD COLUMN IF NOT EXISTS tag float8 NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS concurrency_waiters_fair_queue
+  ON __SCHEMA__.concurrency_waiters (limiter, workload, tag, seq);
+CREATE INDEX IF NOT EXISTS concurrency_waiters_by_key
+  ON __SCHEMA__.concurrency_waiters (limiter, workload, fair_key, tag);
+
+CREATE TABLE IF NOT EXISTS __SCHEMA__.concurrency_fair_keys (
+  limiter   text NOT NULL REFERENCES __SCHEMA__.concurrency_limiters (name) ON DELETE CASCADE,
+  workload  text NOT NULL,
+  fair_key  text NOT NULL,
+  last_tag  float8 NOT NULL,
+  PRIMARY KEY (limiter, workload, fair_key)
+);
+CREATE INDEX IF NOT EXISTS concurrency_fair_keys_by_tag
+  ON __SCHEMA__.concurrency_fair_keys (limiter, workload, last_tag);
+
+-- The allocation pass of version 2, plus: p_enqueue_keys (each new entry's key, '' for none),
+-- each new entry's start tag computed under the row lock, and heads read in serving order
+-- with their `tag`.
+CREATE OR REPLACE FUNCTION __SCHEMA__.concurrency_pass_v3(
+  p_limiter text, p_owner text,
+  p_enqueue_ids uuid[], p_enqueue_workloads text[], p_enqueue_timeouts_ms float8[], p_enqueue_keys text[],
+  p_release uuid[], p_cancel uuid[], p_heartbeat uuid[],
+  p_entry_ttl_ms float8, p_heads int, p_lease_ttl_ms float8)
+RETURNS TABLE (kind text, workload text, count int, waiter_id text, owner text, seq float8,
+  limits_json text, next_expiry_ms float8, lease_id text, fence float8,
+  acquired_at float8, expires_at float8, tag float8)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+  v_limits jsonb;
+  v_now timestamptz;
+  e record;
+  v_virtual float8;
+  v_newest float8;
+  v_last float8;
+BEGIN
+  SELECT l.limits INTO v_limits FROM __SCHEMA__.concurrency_limiters l WHERE l.name = p_limiter FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN;
+  END IF;
+  -- Read after the lock: now() is the transaction's start, stale after a lock wait.
+  v_now := clock_timestamp();
+
+  -- One row at a time, in arrival order: a request's start tag depends on the requests of its
+  -- key queued before it, in this batch too. startTag() in allocate.ts, in SQL:
+  -- max(V, newest queued tag + 1, else latest grant tag + 1, else V).
+  FOR e IN SELECT * FROM unnest(p_enqueue_ids, p_enqueue_workloads, p_enqueue_timeouts_ms, p_enqueue_keys)
+      WITH ORDINALITY AS x(id, workload, timeout_ms, fair_key, position) ORDER BY x.position LOOP
+    SELECT coalesce(max(k.last_tag), 0) INTO v_virtual FROM __SCHEMA__.concurrency_fair_keys k
+      WHERE k.limiter = p_limiter AND k.workload = e.workload;
+    SELECT max(w.tag) INTO v_newest FROM __SCHEMA__.concurrency_waiters w
+      WHERE w.limiter = p_limiter AND w.workload = e.workload AND w.fair_key = e.fair_key
+        -- Entries that lapsed but are not swept yet (the sweep comes below) do not count: the
+        -- in-memory limiter has already dropped them at their deadline.
+        AND (w.deadline IS NULL OR w.deadline > v_now)
+        AND w.heartbeat_at > v_now - p_entry_ttl_ms * interval '1 millisecond';
+    SELECT k.last_tag INTO v_last FROM __SCHEMA__.concurrency_fair_keys k
+      WHERE k.limiter = p_limiter AND k.workload = e.workload AND k.fair_key = e.fair_key;
+    INSERT INTO __SCHEMA__.concurrency_waiters
+      (id, limiter, workload, seq, owner, enqueued_at, deadline, heartbeat_at, fair_key, tag)
+    VALUES (e.id, p_limiter, e.workload, nextval('__SCHEMA__.concurrency_arrival'), p_owner, v_now,
+      v_now + e.timeout_ms * interval '1 millisecond', v_now, e.fair_key,
+      greatest(v_virtual, coalesce(v_newest + 1, v_last + 1, v_virtual)));
+  END LOOP;
+  IF cardinality(p_release) > 0 THEN
+    DELETE FROM __SCHEMA__.concurrency_leases WHERE id = ANY(p_release) AND limiter = p_limiter;
+  END IF;
+  IF cardinality(p_cancel) > 0 THEN
+    DELETE FROM __SCHEMA__.concurrency_waiters WHERE id = ANY(p_cancel);
+    DELETE FROM __SCHEMA__.concurrency_leases WHERE waiter_id = ANY(p_cancel);
+  END IF;
+  IF cardinality(p_heartbeat) > 0 THEN
+    RETURN QUERY
+      WITH hb AS (UPDATE __SCHEMA__.concurrency_waiters SET heartbeat_at = v_now
+                  WHERE id = ANY(p_heartbeat) RETURNING id)
+      SELECT 'present', NULL::text, NULL::int, hb.id::text, NULL::text, NULL::float8,
+        NULL::text, NULL::float8, NULL::text, NULL::float8, NULL::float8, NULL::float8, NULL::float8 FROM hb;
+    -- Offers made to these waiters whose notification went astray: take them now.
+    RETURN QUERY
+      WITH c AS (UPDATE __SCHEMA__.concurrency_leases
+                 SET offered = false, expires_at = v_now + p_lease_ttl_ms * interval '1 millisecond'
+                 WHERE waiter_id = ANY(p_heartbeat) AND offered AND expires_at > v_now
+                 RETURNING *)
+      SELECT 'claimed', c.workload, NULL::int, c.waiter_id::text, c.owner, c.waiter_seq::float8,
+        NULL::text, NULL::float8, c.id::text, c.fence::float8,
+        (extract(epoch FROM c.acquired_at) * 1000)::float8,
+        (extract(epoch FROM c.expires_at) * 1000)::float8, NULL::float8 FROM c;
+  END IF;
+
+  DELETE FROM __SCHEMA__.concurrency_leases WHERE limiter = p_limiter AND expires_at <= v_now;
+  DELETE FROM __SCHEMA__.concurrency_waiters WHERE limiter = p_limiter
+    AND (heartbeat_at <= v_now - p_entry_ttl_ms * interval '1 millisecond' OR deadline <= v_now);
+
+  RETURN QUERY SELECT 'limits', NULL::text, NULL::int, NULL::text, NULL::text, NULL::float8,
+    v_limits::text, NULL::float8, NULL::text, NULL::float8, NULL::float8, NULL::float8, NULL::float8;
+  RETURN QUERY SELECT 'active', l.workload, count(*)::int, NULL::text, NULL::text, NULL::float8,
+      NULL::text, NULL::float8, NULL::text, NULL::float8, NULL::float8, NULL::float8, NULL::float8
+    FROM __SCHEMA__.concurrency_leases l WHERE l.limiter = p_limiter GROUP BY l.workload;
+  RETURN QUERY SELECT 'queued', w.workload, count(*)::int, NULL::text, NULL::text, NULL::float8,
+      NULL::text, NULL::float8, NULL::text, NULL::float8, NULL::float8, NULL::float8, NULL::float8
+    FROM __SCHEMA__.concurrency_waiters w WHERE w.limiter = p_limiter GROUP BY w.workload;
+  -- When the next lease lapses: a process with waiters looks again then, so the slot of a
+  -- crashed holder is handed on at its expiry, not at the next routine poll.
+  RETURN QUERY SELECT 'next-expiry', NULL::text, NULL::int, NULL::text, NULL::text, NULL::float8,
+      NULL::text, (extract(epoch FROM min(l.expires_at) - v_now) * 1000)::float8,
+      NULL::text, NULL::float8, NULL::float8, NULL::float8, NULL::float8
+    FROM __SCHEMA__.concurrency_leases l WHERE l.limiter = p_limiter HAVING count(*) > 0;
+  -- No more than p_heads per workload (no pass can grant more than maxConcurrent slots), in
+  -- serving order (servingOrder() in allocate.ts: start tag, then arrival), each read from the
+  -- queue's (limiter, workload, tag, seq) index, so the cost does not grow with the queue.
+  RETURN QUERY SELECT 'head', h.workload, NULL::int, h.id::text, h.owner, h.seq::float8,
+      NULL::text, NULL::float8, NULL::text, NULL::float8, NULL::float8, NULL::float8, h.tag
+    FROM jsonb_array_elements(v_limits -> 'workloads') AS wl(def),
+      LATERAL (SELECT w.id, w.workload, w.owner, w.seq, w.tag FROM __SCHEMA__.concurrency_waiters w
+               WHERE w.limiter = p_limiter AND w.workload = wl.def ->> 'name'
+               ORDER BY w.tag, w.seq LIMIT p_heads) h;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION __SCHEMA__.concurrency_grant(
+  p_limiter text, p_waiters uuid[], p_workloads text[], p_owners text[], p_direct boolean[],
+  p_seqs float8[], p_dropped uuid[], p_lease_ttl_ms float8, p_offer_ttl_ms float8, p_channel_prefix text)
+RETURNS TABLE (id text, workload text, fence float8, owner text, offered boolean, waiter_id text,
+  acquired_at float8, expires_at float8)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+  v_now timestamptz := clock_timestamp();
+  r record;
+BEGIN
+  -- Each key's latest grant, before its queue rows go: the virtual time and the next tags
+  -- are read from here (the grants of one pass are in serving order, so max() is the latest).
+  IF cardinality(p_waiters) > 0 THEN
+    INSERT INTO __SCHEMA__.concurrency_fair_keys AS k (limiter, workload, fair_key, last_tag)
+    SELECT w.limiter, w.workload, w.fair_key, max(w.tag) FROM __SCHEMA__.concurrency_waiters w
+      WHERE w.id = ANY(p_waiters) GROUP BY w.limiter, w.workload, w.fair_key
+    ON CONFLICT (limiter, workload, fair_key) DO UPDATE SET last_tag = greatest(k.last_tag, excluded.last_tag);
+    -- A key whose latest grant is older than the virtual time gets the virtual time as its
+    -- next tag, as a key never seen does: forget it, so the table holds the keys in play.
+    DELETE FROM __SCHEMA__.concurrency_fair_keys k USING (
+        SELECT f.workload, max(f.last_tag) AS v FROM __SCHEMA__.concurrency_fair_keys f
+        WHERE f.limiter = p_limiter AND f.workload = ANY(p_workloads) GROUP BY f.workload) vt
+      WHERE k.limiter = p_limiter AND k.workload = vt.workload AND k.last_tag < vt.v;
+  END IF;
+  DELETE FROM __SCHEMA__.concurrency_waiters WHERE id = ANY(p_waiters) OR id = ANY(p_dropped);
+  FOR r IN
+    INSERT INTO __SCHEMA__.concurrency_leases
+      (limiter, workload, fence, owner, offered, waiter_id, waiter_seq, acquired_at, expires_at)
+    SELECT p_limiter, g.workload, nextval('__SCHEMA__.concurrency_fence'), g.owner, NOT g.direct, g.waiter_id,
+      g.seq, v_now,
+      v_now + (CASE WHEN g.direct THEN p_lease_ttl_ms ELSE p_offer_ttl_ms END) * interval '1 millisecond'
+    FROM unnest(p_waiters, p_workloads, p_owners, p_direct, p_seqs) AS g(waiter_id, workload, owner, direct, seq)
+    RETURNING *
+  LOOP
+    IF r.offered THEN
+      PERFORM pg_notify(p_channel_prefix || r.owner,
+        json_build_object('l', r.limiter, 'w', r.waiter_id, 'id', r.id)::text);
+    END IF;
+    id := r.id::text;
+    workload := r.workload;
+    fence := r.fence::float8;
+    owner := r.owner;
+    offered := r.offered;
+    waiter_id := r.waiter_id::text;
+    acquired_at := (extract(epoch FROM r.acquired_at) * 1000)::float8;
+    expires_at := (extract(epoch FROM r.expires_at) * 1000)::float8;
+    RETURN NEXT;
+  END LOOP;
+END
+$$;
