@@ -1,7 +1,12 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import swagger from '@fastify/swagger';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyRequest,
+  type FastifyServerOptions,
+} from 'fastify';
 import { MemoryPlaces } from './cache/places.js';
 import { CallbackDispatcher, checkCallbackUrl } from './callbacks/index.js';
 import type { SluiceConfig } from './config.js';
@@ -15,6 +20,9 @@ import { interruptRuns, leave } from './node/nodes.js';
 import { opsRoutes } from './routes/ops.js';
 import type { RouteContext } from './routes/context.js';
 import { runRoutes } from './routes/runs.js';
+import { installWebsocket, wsRoutes } from './routes/ws.js';
+import type { WsSession } from './routes/ws-session.js';
+import { agUiRoutes } from './agui/route.js';
 import { threadRoutes } from './routes/threads.js';
 import { openAiRoutes } from './openai/routes.js';
 import { RunEvents } from './runs/events.js';
@@ -54,6 +62,9 @@ export interface AppOptions {
   checkCallbackUrl?: RouteContext['checkCallbackUrl'];
 }
 
+/** A request URL as logged: a query token is cut out. */
+const withoutToken = (url: string) => url.replace(/([?&]access_token=)[^&]*/gi, '$1[redacted]');
+
 /**
  * The HTTP app: plugins, routes, auth and the one error handler. Builds the executor and the
  * waiters but starts nothing in the background, so it can be tested with `fastify.inject`.
@@ -65,6 +76,16 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     logger: options.logger ?? {
       level: process.env.SLUICE_LOG_LEVEL ?? 'info',
       redact: { paths: ['req.headers.authorization', 'req.headers.cookie'], censor: '[redacted]' },
+      // A WebSocket client may send its token in the query (`?access_token=`): never logged.
+      serializers: {
+        req: (req: FastifyRequest) => ({
+          method: req.method,
+          url: withoutToken(req.url),
+          host: req.host,
+          remoteAddress: req.ip,
+          remotePort: req.socket?.remotePort,
+        }),
+      },
     },
     bodyLimit: requestLimits.bodyBytes,
     // Receiving a whole request (headers and body) may take this long; a client that trickles
@@ -162,12 +183,16 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   };
 
   opsRoutes(fastify, { store, isDraining: () => isDraining });
+  const sessions = new Set<WsSession>();
+  await installWebsocket(fastify, sessions);
+  await fastify.register(async (api) => wsRoutes(api, ctx, sessions, log), { prefix: '/api/client/v1' });
   await fastify.register(
     async (api) => {
       api.addHook('onRequest', authenticate(db));
       runRoutes(api, ctx);
       threadRoutes(api, ctx);
       openAiRoutes(api, ctx);
+      agUiRoutes(api, ctx);
     },
     { prefix: '/api/client/v1' },
   );

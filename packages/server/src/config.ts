@@ -1,5 +1,5 @@
 import type { Agent } from 'sluice';
-import type { RunsConfig, ServerSettings } from './settings.js';
+import type { RunsConfig, ServerSettings, WebsocketConfig } from './settings.js';
 
 /** A period for quotas: a sliding window of that length. */
 export type QuotaPeriod = 'hour' | 'day' | 'month';
@@ -25,6 +25,8 @@ export interface SluiceConfig {
   settings?: Partial<ServerSettings>;
   /** Bounds of held runs: `timeoutMs`, `maxConcurrentPerUser`, `maxParallelToolCalls`, `threadBusyWaitMs`. */
   runs?: RunsConfig;
+  /** Connection caps of `GET /ws`: `maxConnections`, `maxConnectionsPerUser`. */
+  websocket?: WebsocketConfig;
   /** Called when the server stops (close a provider stand-in, pools...). */
   close?: () => Promise<void> | void;
 }
