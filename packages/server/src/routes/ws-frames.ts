@@ -30,38 +30,43 @@ export interface CancelFrame {
 const requestId = { type: 'string', minLength: 1, maxLength: 200 } as const;
 const run = createRunBody.properties;
 
+const runFrame = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['type', 'request_id', 'agent'],
+  properties: {
+    type: { const: 'run' },
+    request_id: requestId,
+    agent: { type: 'string', minLength: 1, maxLength: 64 },
+    input: run.input,
+    messages: run.messages,
+    thread_id: run.thread_id,
+    on_busy: run.on_busy,
+    on_disconnect: run.on_disconnect,
+    config: run.config,
+  },
+} as const;
+
+const cancelFrame = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['type', 'run_id'],
+  properties: {
+    type: { const: 'cancel' },
+    run_id: { type: 'string', minLength: 1, maxLength: 100 },
+    request_id: requestId,
+  },
+} as const;
+
+// The type first, then the schema of that frame type, so an error names the field of that frame.
 const frameSchema = {
   type: 'object',
   required: ['type'],
-  properties: { type: { type: 'string', enum: ['run', 'cancel'] } },
-  // One schema per frame type, picked by `type`, so an error names the field of that frame.
-  if: { properties: { type: { const: 'run' } } },
-  then: {
-    type: 'object',
-    additionalProperties: false,
-    required: ['type', 'request_id', 'agent'],
-    properties: {
-      type: { const: 'run' },
-      request_id: requestId,
-      agent: { type: 'string', minLength: 1, maxLength: 64 },
-      input: run.input,
-      messages: run.messages,
-      thread_id: run.thread_id,
-      on_busy: run.on_busy,
-      on_disconnect: run.on_disconnect,
-      config: run.config,
-    },
-  },
-  else: {
-    type: 'object',
-    additionalProperties: false,
-    required: ['type', 'run_id'],
-    properties: {
-      type: { const: 'cancel' },
-      run_id: { type: 'string', minLength: 1, maxLength: 100 },
-      request_id: requestId,
-    },
-  },
+  allOf: [
+    { properties: { type: { type: 'string', enum: ['run', 'cancel'] } } },
+    { if: { properties: { type: { const: 'run' } } }, then: runFrame },
+    { if: { properties: { type: { const: 'cancel' } } }, then: cancelFrame },
+  ],
 } as const;
 
 // The options of the server's own validator (app.ts): no coercion, no defaults, first error only.
