@@ -120,6 +120,8 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
       if (!request.socket.destroyed) quiet.add(request.socket);
     });
   });
+  // An upgraded socket (a WebSocket) belongs to its session, which closes it in its own time.
+  fastify.server.on('upgrade', (request: IncomingMessage) => quiet.delete(request.socket));
   fastify.server.headersTimeout = Math.min(10_000, settings.requestTimeoutMs);
   const log = (level: 'info' | 'warn' | 'error', message: string, fields: object = {}) =>
     (fastify.log as FastifyBaseLogger)[level](fields, message);
@@ -127,6 +129,11 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   installProtocolHandling(fastify);
 
   installJsonBody(fastify);
+
+  // Before any other hook: a refused upgrade (503 while draining, 401, 429) must be known as one,
+  // so the plugin ends its socket after the answer.
+  const sessions = new Set<WsSession>();
+  await installWebsocket(fastify, sessions);
 
   let isDraining = false;
   // Registered before any route plugin, so every route inherits it, whatever its path spelling.
@@ -183,8 +190,6 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   };
 
   opsRoutes(fastify, { store, isDraining: () => isDraining });
-  const sessions = new Set<WsSession>();
-  await installWebsocket(fastify, sessions);
   await fastify.register(async (api) => wsRoutes(api, ctx, sessions, log), { prefix: '/api/client/v1' });
   await fastify.register(
     async (api) => {

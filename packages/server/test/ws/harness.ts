@@ -188,13 +188,14 @@ export async function refusedUpgrade(
       let text = '';
       res.setEncoding('utf8');
       res.on('data', (chunk: string) => (text += chunk));
-      res.on('end', () =>
+      res.on('end', () => {
+        // The connection is left open on purpose: the server must end a refused upgrade itself.
         resolve({
           status: res.statusCode ?? 0,
           retryAfter: res.headers['retry-after'] as string | undefined,
           body: JSON.parse(text) as Record<string, any>,
-        }),
-      );
+        });
+      });
     });
     ws.once('error', () => undefined);
   });
