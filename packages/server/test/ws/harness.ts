@@ -11,7 +11,7 @@ import {
   type WebsocketConfig,
 } from '@sluice/server';
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
-import { lastUserText, preparedDataDir, standInModel } from '../helpers.js';
+import { lastUserText, preparedDataDir, standInModel, type Body } from '../helpers.js';
 import { gate } from '../process/harness.js';
 
 /**
@@ -27,6 +27,8 @@ export interface FileServer {
   wsUrl: string;
   token(user: string, role?: 'admin' | 'member' | 'read'): Promise<string>;
   release(key: string): void;
+  /** The conversations the stand-in was asked to answer, in order: each message's role and text. */
+  readonly asked: { role: string; text: string }[][];
   close(): Promise<void>;
 }
 
@@ -38,8 +40,15 @@ export async function startFileServer(
 ): Promise<FileServer> {
   const gates = new Map<string, ReturnType<typeof gate>>();
   const gateOf = (key: string) => gates.get(key) ?? gates.set(key, gate()).get(key)!;
+  const asked: FileServer['asked'] = [];
   const provider = await startProviderStandIn({
     reply: async (r) => {
+      asked.push(
+        r.messages.map((m) => ({
+          role: m.role,
+          text: typeof m.content === 'string' ? m.content : JSON.stringify(m.content),
+        })),
+      );
       const results = r.messages.filter((m) => m.role === 'tool');
       if (results.length > 0) return { text: `found ${results.map((m) => String(m.content)).join(',')}` };
       const last = lastUserText(r);
@@ -87,6 +96,7 @@ export async function startFileServer(
     token: async (user, role = 'member') =>
       (await createToken(server.store.db, { tenant: 't', project: 'p', user, role })).secret,
     release: (key) => gateOf(key).open(),
+    asked,
     async close() {
       for (const g of gates.values()) g.open();
       await server.close();
@@ -177,7 +187,7 @@ export class Client {
 export async function refusedUpgrade(
   url: string,
   headers: Record<string, string> = {},
-): Promise<{ status: number; retryAfter: string | undefined; body: Record<string, any> }> {
+): Promise<{ status: number; retryAfter: string | undefined; body: Body }> {
   const ws = new WebSocket(url, { headers });
   return new Promise((resolve, reject) => {
     ws.once('open', () => {
@@ -193,7 +203,7 @@ export async function refusedUpgrade(
         resolve({
           status: res.statusCode ?? 0,
           retryAfter: res.headers['retry-after'] as string | undefined,
-          body: JSON.parse(text) as Record<string, any>,
+          body: JSON.parse(text) as Body,
         });
       });
     });

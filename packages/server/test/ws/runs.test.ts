@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { until } from '../helpers.js';
+import { until, type Body } from '../helpers.js';
 import { Client, answerTo, startFileServer, type FileServer } from './harness.js';
 
 let s: FileServer;
@@ -21,7 +21,7 @@ const call = async (token: string, method: string, path: string, body?: unknown)
     },
     body: body === undefined ? undefined : JSON.stringify(body),
   });
-  return { status: r.status, body: (await r.json()) as Record<string, any> };
+  return { status: r.status, body: (await r.json()) as Body };
 };
 const finals = ['run.completed', 'run.failed', 'run.canceled'];
 
@@ -114,7 +114,7 @@ describe('WebSocket runs', () => {
       const got = c.frames.slice(before).find((f) => f.type === 'error')!;
       expect(got.request_id).toBe(requestId);
       expect(got.error.code).toBe(got.error.type);
-      return got.error as Record<string, any>;
+      return got.error as Body;
     };
     expect(await refusal({ type: 'run', request_id: 'u', agent: 'nobody', input: 'hi' }, 'u')).toMatchObject({
       type: 'not_found',
