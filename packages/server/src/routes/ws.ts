@@ -1,5 +1,6 @@
 import websocket from '@fastify/websocket';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { WebSocket } from 'ws';
 import { placeKeys } from '../cache/places.js';
 import { authenticate } from '../http/auth.js';
 import { HttpError } from '../http/errors.js';
@@ -62,54 +63,68 @@ export function wsRoutes(api: FastifyInstance, ctx: RouteContext, sessions: Set<
     queryToken(request);
     await auth(request);
   });
-  api.get(
-    '/ws',
-    {
-      websocket: true,
-      schema: {
-        querystring: {
-          type: 'object',
-          additionalProperties: false,
-          properties: { access_token: { type: 'string', minLength: 1, maxLength: 512 } },
-        },
-      },
-      preHandler: async (request) => {
-        const who = request.principal;
-        const { wsMaxConnectionsPerUser: perUser, wsMaxConnections: all } = ctx.settings;
-        const mine = await ctx.places.take(placeKeys.wsUser(who.tenant, who.user), perUser);
-        if (!mine.ok) throw connectionLimit('user', perUser, mine.held);
-        const total = await ctx.places.take(placeKeys.wsAll(), all).catch((error: unknown) => {
-          mine.release();
-          throw error;
-        });
-        if (!total.ok) {
-          mine.release();
-          throw connectionLimit('server', all, total.held);
-        }
-        // Whatever happens next (the upgrade, a client gone before it), the places go with the socket.
-        const release = () => {
-          mine.release();
-          total.release();
-        };
-        if (request.raw.socket.destroyed) release();
-        else request.raw.socket.once('close', release);
-      },
+  api.route({
+    method: 'GET',
+    url: '/ws',
+    schema: {
+      querystring: {
+        type: 'object',
+        additionalProperties: false,
+        properties: { access_token: { type: 'string', minLength: 1, maxLength: 512 } },
+      } as const,
     },
-    (socket, request) => {
-      const session = new WsSession(socket, ctx, request.principal, log);
-      sessions.add(session);
-      let answered = true;
-      socket.on('pong', () => (answered = true));
-      const ping = setInterval(() => {
-        if (!answered) return socket.terminate();
-        answered = false;
-        socket.ping();
-      }, PING_EVERY_MS);
-      ping.unref();
-      socket.once('close', () => {
-        clearInterval(ping);
-        void session.settled().finally(() => sessions.delete(session));
+    wsHandler: openSession(ctx, sessions, log),
+    preHandler: async (request: FastifyRequest) => {
+      // A plain GET takes no place: it is answered 426 below.
+      if (!request.ws) return;
+      const who = request.principal;
+      const { wsMaxConnectionsPerUser: perUser, wsMaxConnections: all } = ctx.settings;
+      const mine = await ctx.places.take(placeKeys.wsUser(who.tenant, who.user), perUser);
+      if (!mine.ok) throw connectionLimit('user', perUser, mine.held);
+      const total = await ctx.places.take(placeKeys.wsAll(), all).catch((error: unknown) => {
+        mine.release();
+        throw error;
       });
+      if (!total.ok) {
+        mine.release();
+        throw connectionLimit('server', all, total.held);
+      }
+      // Whatever happens next (the upgrade, a client gone before it), the places go with the socket.
+      const release = () => {
+        mine.release();
+        total.release();
+      };
+      if (request.raw.socket.destroyed) release();
+      else request.raw.socket.once('close', release);
     },
-  );
+    // A plain GET (no upgrade) is told what this route wants, in the API's error body.
+    handler: async () => {
+      throw new HttpError(
+        426,
+        'upgrade_required',
+        'This route speaks WebSocket: send an Upgrade: websocket request',
+        {},
+        { upgrade: 'websocket' },
+      );
+    },
+  });
+}
+
+function openSession(ctx: RouteContext, sessions: Set<WsSession>, log: Log) {
+  return (socket: WebSocket, request: FastifyRequest) => {
+    const session = new WsSession(socket, ctx, request.principal, log);
+    sessions.add(session);
+    let answered = true;
+    socket.on('pong', () => (answered = true));
+    const ping = setInterval(() => {
+      if (!answered) return socket.terminate();
+      answered = false;
+      socket.ping();
+    }, PING_EVERY_MS);
+    ping.unref();
+    socket.once('close', () => {
+      clearInterval(ping);
+      void session.settled().finally(() => sessions.delete(session));
+    });
+  };
 }

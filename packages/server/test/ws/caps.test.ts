@@ -30,6 +30,19 @@ describe('WebSocket connections', () => {
     expect((await refusedUpgrade(s.wsUrl, { authorization: 'Basic abc' })).status).toBe(401);
   });
 
+  it('a plain GET without an upgrade is 426 in the API error body, and takes no connection place', async () => {
+    const token = await s.token('plain');
+    for (let i = 0; i < 3; i++) {
+      const r = await fetch(`${s.url}/ws`, { headers: { authorization: `Bearer ${token}` } });
+      expect(r.status).toBe(426);
+      expect(((await r.json()) as { error: object }).error).toMatchObject({ type: 'upgrade_required' });
+    }
+    // Three plain GETs on one kept-alive connection, yet both of the user's places are free.
+    const a = await Client.open(s.wsUrl, token);
+    const b = await Client.open(s.wsUrl, token);
+    await Promise.all([a.close(), b.close()]);
+  });
+
   it('past websocket.maxConnectionsPerUser the upgrade is answered 429 scope user; a closed socket frees its place', async () => {
     const token = await s.token('one');
     const a = await Client.open(s.wsUrl, token);
