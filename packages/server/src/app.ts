@@ -20,6 +20,9 @@ import { metricsRoutes, metricsTokenOf } from './routes/metrics.js';
 import { opsRoutes } from './routes/ops.js';
 import type { RouteContext } from './routes/context.js';
 import { runRoutes } from './routes/runs.js';
+import { installWebsocket, wsRoutes } from './routes/ws.js';
+import type { WsSession } from './routes/ws-session.js';
+import { agUiRoutes } from './agui/route.js';
 import { threadRoutes } from './routes/threads.js';
 import { triggerRoutes, webhookRoutes } from './routes/triggers.js';
 import { TICK_CHECK_MS, TriggerTicker } from './triggers/ticker.js';
@@ -125,6 +128,8 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
       if (!request.socket.destroyed) quiet.add(request.socket);
     });
   });
+  // An upgraded socket (a WebSocket) belongs to its session, which closes it in its own time.
+  fastify.server.on('upgrade', (request: IncomingMessage) => quiet.delete(request.socket));
   fastify.server.headersTimeout = Math.min(10_000, settings.requestTimeoutMs);
   const log = (level: 'info' | 'warn' | 'error', message: string, fields: object = {}) =>
     (fastify.log as FastifyBaseLogger)[level](fields, message);
@@ -133,6 +138,11 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   installProtocolHandling(fastify);
 
   installJsonBody(fastify);
+
+  // Before any other hook: a refused upgrade (503 while draining, 401, 429) must be known as one,
+  // so the plugin ends its socket after the answer.
+  const sessions = new Set<WsSession>();
+  await installWebsocket(fastify, sessions);
 
   let isDraining = false;
   // Registered before any route plugin, so every route inherits it, whatever its path spelling.
@@ -205,6 +215,9 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     ops,
     metricsToken: options.metricsToken ?? metricsTokenOf(process.env),
   });
+  await fastify.register(async (api) => wsRoutes(api, ctx, sessions, log, cache), {
+    prefix: '/api/client/v1',
+  });
   await fastify.register(
     async (api) => {
       api.addHook('onRequest', authenticate(db, cache));
@@ -212,6 +225,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
       threadRoutes(api, ctx);
       openAiRoutes(api, ctx);
       triggerRoutes(api, ctx);
+      agUiRoutes(api, ctx);
     },
     { prefix: '/api/client/v1' },
   );

@@ -1,6 +1,6 @@
 import type { Agent } from 'sluice';
 import { runClasses, type RunClass } from './runs/lifecycle.js';
-import type { RunsConfig, ServerSettings } from './settings.js';
+import type { RunsConfig, ServerSettings, WebsocketConfig } from './settings.js';
 
 /** A period for quotas: a sliding window of that length. */
 export type QuotaPeriod = 'hour' | 'day' | 'month';
@@ -38,6 +38,8 @@ export interface SluiceConfig {
    * limiter take no slots and ignore it. Without it, runs use their agent's own workload.
    */
   classes?: Partial<Record<RunClass, { workload: string }>>;
+  /** Connection caps of `GET /ws`: `maxConnections`, `maxConnectionsPerUser`. */
+  websocket?: WebsocketConfig;
   /** Called when the server stops (close a provider stand-in, pools...). */
   close?: () => Promise<void> | void;
 }

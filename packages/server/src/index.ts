@@ -8,7 +8,7 @@ export type { ServerApp, AppOptions } from './app.js';
 export { serve, loadConfig } from './server.js';
 export type { ServeOptions, RunningServer } from './server.js';
 export { resolveSettings, settingDefaults, SettingsError } from './settings.js';
-export type { RunsConfig, ServerSettings } from './settings.js';
+export type { RunsConfig, ServerSettings, WebsocketConfig } from './settings.js';
 export { openStore } from './store/store.js';
 export type { Store } from './store/store.js';
 export { createToken, listTokens, revokeToken } from './store/tokens.js';

@@ -56,7 +56,7 @@ export async function loadConfig(file?: string): Promise<{ config: SluiceConfig;
  */
 export async function serve(options: ServeOptions = {}): Promise<RunningServer> {
   const config = options.config ?? (await loadConfig(options.configFile)).config;
-  const settings = resolveSettings(settingsOfConfig(config), process.env, config.runs);
+  const settings = resolveSettings(settingsOfConfig(config), process.env, config.runs, config.websocket);
   const dataDir = resolve(options.dataDir ?? '.sluice');
   const databaseUrl = options.databaseUrl ?? process.env.DATABASE_URL;
   let app: ServerApp | undefined;

@@ -72,6 +72,17 @@ export interface ServerSettings {
    * address, and the header is ignored (a client could write any address into it).
    */
   trustProxyHops: number;
+  /** SLUICE_WS_MAX_CONNECTIONS (`websocket.maxConnections`): open WebSocket connections of the server. */
+  wsMaxConnections: number;
+  /** SLUICE_WS_MAX_CONNECTIONS_PER_USER (`websocket.maxConnectionsPerUser`): those of one user; 0 = no cap. */
+  wsMaxConnectionsPerUser: number;
+}
+
+/** The `websocket` block of a config: the connection caps of `GET /ws`. */
+export interface WebsocketConfig {
+  maxConnections?: number;
+  /** null or 0: no cap. */
+  maxConnectionsPerUser?: number | null;
 }
 
 /** The `runs` block of a config: the bounds of held runs, under the names of the settings file. */
@@ -113,6 +124,8 @@ export const settingDefaults: ServerSettings = Object.freeze({
   cacheStore: 'memory',
   redisUrl: null,
   trustProxyHops: 0,
+  wsMaxConnections: 1_000,
+  wsMaxConnectionsPerUser: 10,
 });
 
 type NumericKey = {
@@ -125,6 +138,12 @@ const runsKeys = {
   maxParallelToolCalls: 'maxParallelToolCalls',
   threadBusyWaitMs: 'threadBusyWaitMs',
 } as const satisfies Partial<Record<keyof RunsConfig, NumericKey>>;
+
+/** Where each `websocket.*` key of a config lands among the settings. */
+const websocketKeys = {
+  maxConnections: 'wsMaxConnections',
+  maxConnectionsPerUser: 'wsMaxConnectionsPerUser',
+} as const satisfies Record<keyof WebsocketConfig, NumericKey>;
 
 /** Each numeric setting: its variable and its range (values past a timer's range would fire at once). */
 const numeric: Record<NumericKey, { variable: string; min: number; max: number }> = {
@@ -149,6 +168,8 @@ const numeric: Record<NumericKey, { variable: string; min: number; max: number }
   threadBusyWaitMs: { variable: 'SLUICE_THREAD_BUSY_WAIT_MS', min: 0, max: MAX_TIMER_MS },
   streamKeepAliveMs: { variable: 'SLUICE_STREAM_KEEP_ALIVE_MS', min: 100, max: 10 * MINUTE },
   trustProxyHops: { variable: 'SLUICE_TRUST_PROXY_HOPS', min: 0, max: 10 },
+  wsMaxConnections: { variable: 'SLUICE_WS_MAX_CONNECTIONS', min: 1, max: 1_000_000 },
+  wsMaxConnectionsPerUser: { variable: 'SLUICE_WS_MAX_CONNECTIONS_PER_USER', min: 0, max: 1_000_000 },
 };
 
 /** A setting that cannot be used, naming its variable, its range and the value given. */
@@ -171,6 +192,7 @@ export function resolveSettings(
   settings: Partial<ServerSettings> = {},
   env: NodeJS.ProcessEnv = process.env,
   runs: RunsConfig = {},
+  websocket: WebsocketConfig = {},
 ): ServerSettings {
   // A key that names no setting is a typo (or another server's name for it): refused, not ignored.
   for (const key of Object.keys(settings)) {
@@ -190,6 +212,14 @@ export function resolveSettings(
         `\`runs.${key}\` names no setting; the runs block takes ${runsNames.join(', ')}`,
       );
   }
+  for (const key of Object.keys(websocket)) {
+    if (!Object.hasOwn(websocketKeys, key))
+      throw new SettingsError(
+        `websocket.${key}`,
+        websocket[key as keyof WebsocketConfig],
+        `\`websocket.${key}\` names no setting; the websocket block takes ${Object.keys(websocketKeys).join(', ')}`,
+      );
+  }
   const out: ServerSettings = { ...settingDefaults, runTimeoutMs: defaultRunTimeoutMs(env) };
   const fromConfig: Partial<Record<keyof ServerSettings, unknown>> = { ...settings };
   for (const [key, target] of Object.entries(runsKeys) as [keyof typeof runsKeys, NumericKey][]) {
@@ -197,6 +227,9 @@ export function resolveSettings(
     if (runs[key] !== undefined) fromConfig[target] = runs[key] === null ? 0 : runs[key];
   }
   if (runs.timeoutMs !== undefined) fromConfig.runTimeoutMs = runs.timeoutMs;
+  for (const [key, target] of Object.entries(websocketKeys) as [keyof WebsocketConfig, NumericKey][]) {
+    if (websocket[key] !== undefined) fromConfig[target] = websocket[key] === null ? 0 : websocket[key];
+  }
   const given = (variable: string, key: keyof ServerSettings): unknown =>
     env[variable] !== undefined && env[variable] !== '' ? env[variable] : fromConfig[key];
   for (const key of Object.keys(numeric) as NumericKey[]) {
@@ -238,6 +271,8 @@ export function resolveSettings(
 
 /** Where a setting is written in a config: `runs.*` for the bounds of held runs, else `settings.*`. */
 function configKeyOf(key: NumericKey): string {
+  const websocketKey = Object.entries(websocketKeys).find(([, target]) => target === key)?.[0];
+  if (websocketKey !== undefined) return `websocket.${websocketKey}`;
   return Object.values(runsKeys).includes(key as never) ? `runs.${key}` : `settings.${key}`;
 }
 

@@ -68,11 +68,46 @@ const finalEvent = {
   requires_action: 'run.requires_action',
 } as const;
 
+/** The events of a streamed run, under their stream names (Server-Sent Events, WebSocket frames). */
+export type RunStreamEvent =
+  | 'run.created'
+  | 'run.started'
+  | 'message.delta'
+  | 'tool.started'
+  | 'tool.completed'
+  | (typeof finalEvent)[keyof typeof finalEvent];
+
 /**
- * Executes an admitted inline run here and streams it: `run.created`, `run.started`, then its
- * text deltas and tool calls as they happen, then exactly one final event. Resolves once the
- * run has ended (a client that left does not end it).
+ * Executes an admitted inline run here and tells `send` what happens, whatever carries it:
+ * `run.created`, `run.started`, then its text deltas and tool calls as they happen, then exactly
+ * one final event. Resolves with the run as it ended, once it has (a client that left does not
+ * end it).
  */
+export async function playRun(
+  executor: Executor,
+  run: RunRow,
+  db: Parameters<typeof getRun>[0],
+  send: (event: RunStreamEvent, data: object) => void,
+): Promise<RunRow> {
+  send('run.created', toApiRun(run));
+  send('run.started', toApiRun(run));
+  const final = await executor.execute(run, {
+    onText: (text) => send('message.delta', { run_id: run.id, text }),
+    onTool: (event) =>
+      send(event.type === 'started' ? 'tool.started' : 'tool.completed', {
+        run_id: run.id,
+        tool_call_id: event.toolCallId,
+        name: event.name,
+      }),
+  });
+  // Undefined: the run was ended elsewhere (lost, or its end could not be recorded); say how it stands.
+  const current = final ?? (await getRun(db, run.tenant, run.id).catch(() => undefined)) ?? run;
+  const status = current.status as keyof typeof finalEvent;
+  send(finalEvent[status] ?? 'run.failed', toApiRun(current));
+  return current;
+}
+
+/** Executes an admitted inline run here and streams it as Server-Sent Events (see `playRun`). */
 export async function streamRun(
   reply: FastifyReply,
   executor: Executor,
@@ -80,20 +115,7 @@ export async function streamRun(
   options: { keepAliveMs?: number; db: Parameters<typeof getRun>[0] },
 ): Promise<void> {
   const stream = new EventStream(reply, options.keepAliveMs);
-  stream.send('run.created', toApiRun(run));
-  stream.send('run.started', toApiRun(run));
-  const final = await executor.execute(run, {
-    onText: (text) => stream.send('message.delta', { run_id: run.id, text }),
-    onTool: (event) =>
-      stream.send(event.type === 'started' ? 'tool.started' : 'tool.completed', {
-        run_id: run.id,
-        tool_call_id: event.toolCallId,
-        name: event.name,
-      }),
-  });
-  // Undefined: the run was ended elsewhere (lost, or its end could not be recorded); say how it stands.
-  const current = final ?? (await getRun(options.db, run.tenant, run.id).catch(() => undefined)) ?? run;
-  const status = current.status as keyof typeof finalEvent;
-  stream.send(finalEvent[status] ?? 'run.failed', toApiRun(current));
-  stream.end();
+  await playRun(executor, run, options.db, (event, data) => stream.send(event, data)).finally(() =>
+    stream.end(),
+  );
 }

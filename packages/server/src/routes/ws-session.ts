@@ -1,0 +1,166 @@
+import type { WebSocket } from 'ws';
+import { agentFor } from '../config.js';
+import { requireRole } from '../http/auth.js';
+import { HttpError, badRequest, draining, isStoreUnavailable, notFound, shown } from '../http/errors.js';
+import { checkInput } from '../http/limits.js';
+import { CANCEL_CONFIRM_MS, cancelRun, mayCancel } from '../runs/cancel.js';
+import { getRun } from '../runs/store.js';
+import type { Principal } from '../store/tokens.js';
+import type { RouteContext } from './context.js';
+import { playRun } from './stream-run.js';
+import { admitHeld, newRunOf } from './submit.js';
+import { parseFrame, requestIdOf, type CancelFrame, type RunFrame } from './ws-frames.js';
+
+/** Runs one socket may have in flight at once; each also counts for the user's held-run cap. */
+const MAX_RUNS_PER_SOCKET = 100;
+
+type Log = (level: 'warn' | 'error', message: string, fields?: object) => void;
+
+/**
+ * One open WebSocket of one token: its run and cancel frames, the events of its runs as frames,
+ * and refusals as `error` frames on a socket that stays open. Each run is a held run, admitted
+ * as the HTTP stream's (the user's place, the thread, admission), so it counts where they count.
+ */
+export class WsSession {
+  readonly #socket: WebSocket;
+  readonly #ctx: RouteContext;
+  readonly #who: Principal;
+  readonly #log: Log;
+  /** Aborts when the socket closes: waits for a thread end, `on_disconnect: 'cancel'` runs stop. */
+  readonly #gone = new AbortController();
+  /** The request ids in flight, and the work of each until its last frame is sent. */
+  readonly #inFlight = new Map<string, Promise<void>>();
+
+  constructor(socket: WebSocket, ctx: RouteContext, who: Principal, log: Log) {
+    this.#socket = socket;
+    this.#ctx = ctx;
+    this.#who = who;
+    this.#log = log;
+    socket.on('message', (data, isBinary) => this.#onFrame(data, isBinary));
+    socket.once('close', () => this.#gone.abort());
+  }
+
+  /** Resolves once every run of this socket has sent its last frame. */
+  async settled(): Promise<void> {
+    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight.values()]);
+  }
+
+  #send(frame: object): void {
+    if (this.#socket.readyState === this.#socket.OPEN) this.#socket.send(JSON.stringify(frame));
+  }
+
+  #refuse(requestId: string | null, error: unknown): void {
+    this.#send({ type: 'error', request_id: requestId, error: this.#asHttpError(error).body().error });
+  }
+
+  #asHttpError(error: unknown): HttpError {
+    if (error instanceof HttpError) return error;
+    if (isStoreUnavailable(error))
+      return new HttpError(
+        503,
+        'store_unavailable',
+        'The server cannot reach its database; try again shortly',
+      );
+    this.#log('error', 'websocket frame failed', { error: (error as Error)?.stack ?? String(error) });
+    return new HttpError(500, 'internal_error', 'internal error');
+  }
+
+  #onFrame(data: unknown, isBinary: boolean): void {
+    const text = isBinary
+      ? null
+      : Buffer.isBuffer(data)
+        ? data.toString('utf8')
+        : Array.isArray(data)
+          ? Buffer.concat(data as Buffer[]).toString('utf8')
+          : Buffer.from(data as ArrayBuffer).toString('utf8');
+    if (text === null) return this.#refuse(null, badRequest('Send frames as text (JSON), not binary'));
+    const parsed = parseFrame(text);
+    if ('error' in parsed) return this.#refuse(requestIdOf(parsed.frame), parsed.error);
+    const frame = parsed.frame;
+    if (frame.type === 'cancel') {
+      void this.#cancel(frame).catch((error: unknown) => this.#refuse(frame.request_id ?? null, error));
+      return;
+    }
+    if (this.#inFlight.has(frame.request_id)) {
+      return this.#refuse(
+        frame.request_id,
+        badRequest(
+          `Request \`${shown(frame.request_id)}\` is still in flight on this socket; use a new request_id`,
+          {
+            field: 'request_id',
+          },
+        ),
+      );
+    }
+    if (this.#inFlight.size >= MAX_RUNS_PER_SOCKET) {
+      return this.#refuse(
+        frame.request_id,
+        new HttpError(
+          429,
+          'too_many_requests',
+          `This socket has ${this.#inFlight.size} runs in flight; the limit is ${MAX_RUNS_PER_SOCKET}`,
+          {
+            limit: 'runs_per_socket',
+            limit_value: MAX_RUNS_PER_SOCKET,
+          },
+        ),
+      );
+    }
+    const work = this.#run(frame)
+      .catch((error: unknown) => this.#refuse(frame.request_id, error))
+      .finally(() => this.#inFlight.delete(frame.request_id));
+    this.#inFlight.set(frame.request_id, work);
+  }
+
+  async #run(frame: RunFrame): Promise<void> {
+    const ctx = this.#ctx;
+    const who = this.#who;
+    requireRole(who, 'member', 'create runs');
+    if (ctx.isDraining()) throw draining();
+    if (!agentFor(ctx.config, who.tenant, frame.agent)) throw notFound(`No agent \`${shown(frame.agent)}\``);
+    if (frame.input !== undefined && frame.messages !== undefined)
+      throw badRequest('Give `input` or `messages`, not both', { field: 'messages' });
+    const input = frame.messages ?? frame.input;
+    if (input === undefined)
+      throw badRequest('Expected `input` (a string or messages) or `messages`', { field: 'input' });
+    const field = frame.messages ? 'messages' : 'input';
+    checkInput(input, field);
+    const newRun = await newRunOf(ctx, who, {
+      agent: frame.agent,
+      inputField: field,
+      class: 'default',
+      held: true,
+      input,
+      threadId: frame.thread_id,
+      config: frame.config,
+    });
+    const gone = this.#gone.signal;
+    const { run, release } = await admitHeld(ctx, who, newRun, { onBusy: frame.on_busy, signal: gone });
+    const requestId = frame.request_id;
+    const playing = playRun(ctx.executor, run, ctx.db, (event, data) =>
+      this.#send({ type: event, request_id: requestId, data }),
+    );
+    // As on HTTP streams: a socket that closes leaves its runs going, unless the frame said otherwise.
+    if (frame.on_disconnect === 'cancel') {
+      if (gone.aborted) ctx.executor.stop(run.id, 'cancel');
+      else gone.addEventListener('abort', () => ctx.executor.stop(run.id, 'cancel'), { once: true });
+    }
+    await playing.finally(release);
+  }
+
+  async #cancel(frame: CancelFrame): Promise<void> {
+    const ctx = this.#ctx;
+    const who = this.#who;
+    requireRole(who, 'member', 'cancel runs');
+    const run = await getRun(ctx.db, who.tenant, frame.run_id);
+    if (!run) throw notFound(`No run \`${shown(frame.run_id)}\``);
+    if (!mayCancel(who, run))
+      throw new HttpError(
+        403,
+        'permission_denied',
+        `Run ${run.id} belongs to another project; an admin token can cancel it`,
+      );
+    // The run's own frames say how it ended (run.canceled), on the socket that started it.
+    await cancelRun(ctx, run, { confirmMs: CANCEL_CONFIRM_MS, signal: this.#gone.signal });
+  }
+}
