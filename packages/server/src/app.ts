@@ -8,6 +8,7 @@ import { systemClock } from 'sluice/concurrency';
 import { CallbackDispatcher, checkCallbackUrl } from './callbacks/index.js';
 import type { SluiceConfig } from './config.js';
 import { authenticate } from './http/auth.js';
+import { Principals } from './http/principals.js';
 import { draining, installErrorHandling } from './http/errors.js';
 import { requestLimits } from './http/limits.js';
 import { installJsonBody } from './http/json-body.js';
@@ -161,6 +162,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
 
   const cache = options.cache ?? (await openCacheStore(settings, log));
   const events = new RunEvents(db, (message, error) => log('warn', message, { error: String(error) }));
+  const principals = new Principals(db, events);
   const waiters = new RunWaiters(db, events);
   const executor = new Executor(db, config, settings, waiters, events, log);
   const limitsFor = tenantPolicy(config, settings);
@@ -184,6 +186,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     if (event.kind === 'end') callbacks.notify();
   });
   const ctx: RouteContext = {
+    principals,
     db,
     config,
     settings,
@@ -210,7 +213,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   // Webhooks carry a signature, not a bearer token: outside the authenticated scope.
   await fastify.register(webhookRoutes(ctx, now), { prefix: '/api/client/v1' });
   metricsRoutes(fastify, {
-    db,
+    principals,
     cache,
     ops,
     metricsToken: options.metricsToken ?? metricsTokenOf(process.env),
@@ -220,7 +223,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   });
   await fastify.register(
     async (api) => {
-      api.addHook('onRequest', authenticate(db, cache));
+      api.addHook('onRequest', authenticate(principals, cache));
       runRoutes(api, ctx);
       threadRoutes(api, ctx);
       openAiRoutes(api, ctx);

@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify';
-import type { Database } from '@sluice/postgres/database';
 import type { CacheStore } from '../cache/store.js';
-import { findToken, type Principal, type Role } from '../store/tokens.js';
+import type { Principal, Role } from '../store/tokens.js';
+import type { Principals } from './principals.js';
 import { HttpError, forbidden } from './errors.js';
 
 declare module 'fastify' {
@@ -38,8 +38,8 @@ const tooManyFailures = (leftMs: number) => {
 
 /**
  * An `onRequest` hook: the token's principal on the request, or 401 before the body is read.
- * The token is looked up in the database on every request, so a revocation holds on every
- * server process from the next request on; there is no principal cache to invalidate.
+ * The token is looked up through `Principals`: the database, or a recent lookup while revocation
+ * notifications arrive, so a revocation holds on every server process at once.
  *
  * Failures are counted per client address (`request.ip`: the socket's, or the proxy's view
  * when SLUICE_TRUST_PROXY_HOPS is set) in the cache store; past the limit, a failure is
@@ -47,12 +47,12 @@ const tooManyFailures = (leftMs: number) => {
  * a proxy the server was not told about, are not locked out by another client's failures, and
  * a right guess is no easier for it (a token is 192 random bits).
  */
-export function authenticate(db: Database, cache: CacheStore) {
+export function authenticate(principals: Principals, cache: CacheStore) {
   const fail = failedAuthentication(cache);
   return async (request: FastifyRequest) => {
     const secret = bearerOf(request.headers.authorization);
     if (!secret) throw await fail(request, 'Send an API token: Authorization: Bearer <token>');
-    const principal = await findToken(db, secret);
+    const principal = await principals.find(secret);
     if (!principal) throw await fail(request, 'Unknown or revoked API token');
     request.principal = principal;
   };

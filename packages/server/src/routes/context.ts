@@ -1,4 +1,5 @@
 import type { Database } from '@sluice/postgres/database';
+import type { Principals } from '../http/principals.js';
 import type { Clock } from 'sluice/concurrency';
 import type { Places } from '../cache/places.js';
 import type { AdmissionHooks } from '../ops/admissions.js';
@@ -11,6 +12,8 @@ import type { ServerSettings } from '../settings.js';
 /** What the routes share: the store, the policy, and this process's executor and waiters. */
 export interface RouteContext {
   readonly db: Database;
+  /** API tokens' principals (a lookup cache kept right by revocation notifications). */
+  readonly principals: Principals;
   readonly config: SluiceConfig;
   readonly settings: ServerSettings;
   readonly executor: Executor;

@@ -1,11 +1,10 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import type { Database } from '@sluice/postgres/database';
+import type { Principals } from '../http/principals.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { CacheStore } from '../cache/store.js';
 import { bearerOf, failedAuthentication, requireRole } from '../http/auth.js';
 import type { Ops } from '../ops/index.js';
-import { findToken } from '../store/tokens.js';
 
 /** The dashboard's files, shipped in the package beside `sql/` (see package.json `files`). */
 const staticDir = new URL('../../static/dashboard/', import.meta.url);
@@ -25,7 +24,12 @@ export type OpsReader = { kind: 'operator' } | { kind: 'tenant'; tenant: string 
  * known secret, 403 for a token below admin. Digests are compared, so the comparison takes the same time whatever
  * the length or the first wrong byte of what was sent.
  */
-function opsAuth(db: Database, cache: CacheStore, metricsToken: string | undefined, action: string) {
+function opsAuth(
+  principals: Principals,
+  cache: CacheStore,
+  metricsToken: string | undefined,
+  action: string,
+) {
   const fail = failedAuthentication(cache);
   const expected = metricsToken === undefined ? undefined : digest(metricsToken);
   const readers = new WeakMap<FastifyRequest, OpsReader>();
@@ -37,7 +41,7 @@ function opsAuth(db: Database, cache: CacheStore, metricsToken: string | undefin
       readers.set(request, { kind: 'operator' });
       return;
     }
-    const principal = await findToken(db, secret);
+    const principal = await principals.find(secret);
     if (!principal) throw await fail(request, 'Unknown or revoked token');
     requireRole(principal, 'admin', action);
     readers.set(request, { kind: 'tenant', tenant: principal.tenant });
@@ -84,18 +88,18 @@ const files = [
  */
 export function metricsRoutes(
   fastify: FastifyInstance,
-  options: { db: Database; cache: CacheStore; ops: Ops; metricsToken: string | undefined },
+  options: { principals: Principals; cache: CacheStore; ops: Ops; metricsToken: string | undefined },
 ): void {
-  const { ops, db, cache, metricsToken } = options;
+  const { ops, principals, cache, metricsToken } = options;
   fastify.get(
     '/metrics',
-    { schema: { hide: true }, onRequest: opsAuth(db, cache, metricsToken, 'read the metrics').hook },
+    { schema: { hide: true }, onRequest: opsAuth(principals, cache, metricsToken, 'read the metrics').hook },
     async (_request, reply) => {
       const text = await ops.metrics.render();
       return reply.header('content-type', ops.metrics.contentType).send(text);
     },
   );
-  const overviewAuth = opsAuth(db, cache, metricsToken, 'read the operating overview');
+  const overviewAuth = opsAuth(principals, cache, metricsToken, 'read the operating overview');
   fastify.get(
     '/api/client/v1/ops/overview',
     {

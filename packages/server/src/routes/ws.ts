@@ -65,7 +65,7 @@ export function wsRoutes(
   log: Log,
   cache: CacheStore,
 ): void {
-  const auth = authenticate(ctx.db, cache);
+  const auth = authenticate(ctx.principals, cache);
   api.addHook('onRequest', async (request) => {
     queryToken(request);
     await auth(request);

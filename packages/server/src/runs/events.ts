@@ -1,7 +1,11 @@
 import type { Database, ListenSession } from '@sluice/postgres/database';
 
-/** A run ended, a run is asked to stop, or a thread was given back (`id` is then the thread's). */
-export type RunEvent = { kind: 'end' | 'cancel' | 'thread'; id: string };
+/**
+ * A run ended, a run is asked to stop, a thread was given back (`id` is then the thread's), or
+ * an API token was revoked (`id` is the token's).
+ */
+export type RunEvent = { kind: 'end' | 'cancel' | 'thread' | 'token'; id: string };
+const kinds = new Set<string>(['end', 'cancel', 'thread', 'token']);
 
 const channel = 'sluice_runs';
 
@@ -20,6 +24,7 @@ export class RunEvents {
   #retry: ReturnType<typeof setTimeout> | undefined;
   #delayMs = 500;
   #stopped = false;
+  #generation = 0;
 
   constructor(db: Database, log: (message: string, error?: unknown) => void = () => undefined) {
     this.#db = db;
@@ -29,6 +34,14 @@ export class RunEvents {
   /** True while NOTIFY arrives; polls may then be rarer. */
   get listening(): boolean {
     return this.#session !== undefined;
+  }
+
+  /**
+   * Counts the sessions opened: what was learnt under an earlier one may have missed a
+   * notification sent while no session listened.
+   */
+  get generation(): number {
+    return this.#generation;
   }
 
   on(handler: (event: RunEvent) => void): () => void {
@@ -44,6 +57,7 @@ export class RunEvents {
         (payload) => this.#dispatch(payload),
         (error) => this.#lost(error),
       );
+      this.#generation++;
       this.#delayMs = 500;
     } catch (error) {
       this.#lost(error);
@@ -53,8 +67,8 @@ export class RunEvents {
   #dispatch(payload: string): void {
     const at = payload.indexOf(':');
     const kind = payload.slice(0, at);
-    if (kind !== 'end' && kind !== 'cancel' && kind !== 'thread') return;
-    const event: RunEvent = { kind, id: payload.slice(at + 1) };
+    if (!kinds.has(kind)) return;
+    const event = { kind, id: payload.slice(at + 1) } as RunEvent;
     for (const handler of this.#handlers) handler(event);
   }
 

@@ -11,7 +11,9 @@ export interface Principal {
   readonly role: Role;
 }
 
-const hash = (secret: string) => createHash('sha256').update(secret).digest('hex');
+/** How a token's secret is stored and looked up. */
+export const hashSecret = (secret: string) => createHash('sha256').update(secret).digest('hex');
+const hash = hashSecret;
 
 /** Creates a token and returns its secret, which is stored only as a hash. */
 export async function createToken(
@@ -73,8 +75,12 @@ export async function listTokens(db: Database, tenant?: string): Promise<TokenIn
 
 /** Revokes a token; false when there is no such live token. Effective on the next request everywhere. */
 export async function revokeToken(db: Database, id: string): Promise<boolean> {
+  // Every server process drops the token from its principal cache on this notification.
   const result = await db.query<{ id: string }>(
-    'UPDATE api_tokens SET revoked_at = clock_timestamp() WHERE id = $1::text AND revoked_at IS NULL RETURNING id',
+    `WITH revoked AS (
+       UPDATE api_tokens SET revoked_at = clock_timestamp() WHERE id = $1::text AND revoked_at IS NULL RETURNING id
+     )
+     SELECT id, pg_notify('sluice_runs', 'token:' || id) FROM revoked`,
     [id],
   );
   return result.rows.length > 0;
