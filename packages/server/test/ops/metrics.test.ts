@@ -142,6 +142,33 @@ describe('GET /metrics', () => {
     expect(c.status).toBe(429);
     await checkOverview(t);
 
+    // Another tenant's run waits for the slot too, and is canceled while it waits: it leaves the
+    // queue and the running count at once, and shows as canceled.
+    const other = await t.token({ tenant: 'other' });
+    const w = await t.call('POST', '/agents/slow/runs', { input: 'waiter', wait: false }, other);
+    expect(w.status).toBe(202);
+    await until(
+      async () => sample(await read(), 'sluice_limiter_queued', slot) === 2,
+      'the other tenant’s run waits too',
+    );
+    expect([200, 202]).toContain(
+      (await t.call('POST', `/agents/runs/${w.body.id}/cancel`, {}, other)).status,
+    );
+    await until(
+      async () =>
+        (await t.call('GET', `/agents/runs/${w.body.id}`, undefined, other)).body.status === 'canceled',
+      'the waiting run is canceled',
+    );
+    await until(
+      async () => sample(await read(), 'sluice_limiter_queued', slot) === 1,
+      'the canceled run leaves the queue',
+    );
+    t.server.ops.runs.expire();
+    m = await read();
+    expect(sample(m, 'sluice_limiter_slots_active', slot)).toBe(1);
+    expect(sample(m, 'sluice_runs', { class: 'default', status: 'running' })).toBe(2);
+    expect(sample(m, 'sluice_runs', { class: 'default', status: 'canceled' })).toBe(1);
+
     release('first');
     await until(async () => (await t.statusOf(b.body.id)).status === 'running' && provider.inFlight === 1);
     await until(async () => (await t.statusOf(a.body.id)).status === 'succeeded', 'the first run ends');
@@ -160,7 +187,7 @@ describe('GET /metrics', () => {
     expect(sample(m, 'sluice_limiter_queued', slot)).toBe(0);
     expect(sample(m, 'sluice_runs', { class: 'default', status: 'running' })).toBe(0);
     expect(sample(m, 'sluice_runs', { class: 'default', status: 'succeeded' })).toBe(2);
-    expect(sample(m, 'sluice_run_admissions_total', { class: 'default', outcome: 'admitted' })).toBe(2);
+    expect(sample(m, 'sluice_run_admissions_total', { class: 'default', outcome: 'admitted' })).toBe(3);
     expect(sample(m, 'sluice_run_admissions_total', { class: 'default', outcome: 'max_active_runs' })).toBe(
       1,
     );
