@@ -2,6 +2,7 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { createAgent, createConcurrencyLimiter } from 'sluice';
 import { createPostgresConcurrencyLimiter } from '@sluice/postgres';
+import { AdmissionLog } from '../../src/ops/admissions.js';
 import { RunCounts } from '../../src/ops/run-counts.js';
 import { metricsTokenOf } from '../../src/routes/metrics.js';
 import {
@@ -206,6 +207,19 @@ describe('GET /metrics', () => {
     expect(await count('succeeded')).toBe(2);
     now = 1_000;
     expect(await count('succeeded')).toBe(3);
+  });
+
+  it('keeps each tenant’s last refusals: a tenant flooding refusals does not push another’s out of its view', () => {
+    const log = new AdmissionLog(3, () => new Date(0));
+    const refusal = (limitValue: number) =>
+      ({ kind: 'quota', class: 'default', limitValue, used: limitValue }) as const;
+    log.refused('quiet', refusal(1));
+    for (let i = 0; i < 10; i++) log.refused('loud', refusal(100 + i));
+    // The operator's list is the last three of all; each tenant keeps its own last three.
+    expect(log.recent().map((r) => r.limit)).toEqual([109, 108, 107]);
+    expect(log.recent('quiet').map((r) => [r.tenant, r.limit])).toEqual([['quiet', 1]]);
+    expect(log.recent('loud').map((r) => r.limit)).toEqual([109, 108, 107]);
+    expect(log.recent('nobody')).toEqual([]);
   });
 
   it('refuses a metrics token too short to be a secret, without showing it', () => {
