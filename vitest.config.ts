@@ -4,14 +4,10 @@ import { defineConfig } from 'vitest/config';
 // Tests run on the TypeScript sources: the `@sluice/source` export condition points each
 // workspace package at its `src/` instead of its build output.
 const conditions = ['@sluice/source', ...defaultServerConditions];
-// Vitest also hands the SSR conditions to the test workers' Node (--conditions), where
-// `module` would make a CommonJS require (prom-client's of @opentelemetry/api) load a bundler-only
-// ESM build with extensionless imports, which Node cannot run.
-const nodeConditions = conditions.filter((c) => c !== 'module');
 
 export default defineConfig({
   resolve: { conditions },
-  ssr: { resolve: { conditions: nodeConditions } },
+  ssr: { resolve: { conditions } },
   test: {
     include: ['packages/*/test/**/*.test.ts', 'examples/**/*.test.ts'],
     globalSetup: ['scripts/vitest-global-setup.ts'],
