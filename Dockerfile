@@ -24,6 +24,8 @@ COPY --from=build /app/packages/postgres/dist packages/postgres/dist
 COPY --from=build /app/packages/postgres/sql packages/postgres/sql
 COPY --from=build /app/packages/server/dist packages/server/dist
 COPY --from=build /app/packages/server/sql packages/server/sql
+# The dashboard's page, script and stylesheet: read at start, the server does not start without them.
+COPY --from=build /app/packages/server/static packages/server/static
 COPY --from=build /app/packages/testkit/dist packages/testkit/dist
 # The embedded database (used only without DATABASE_URL) lives in /app/.sluice.
 RUN mkdir -p /app/.sluice && chown node:node /app/.sluice

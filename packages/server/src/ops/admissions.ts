@@ -52,13 +52,19 @@ export interface AdmissionHooks {
   refused(tenant: string, refusal: Refusal): void;
 }
 
+/** Tenants whose own last refusals are kept; the least recently refused is dropped past it. */
+const MAX_TENANTS = 1_000;
+
 /**
  * This process's admission decisions: a count per class and outcome for the metrics, and the
- * last `size` refusals for the dashboard. A refusal storm costs a fixed amount of memory.
+ * last `size` refusals for the dashboard, of all tenants and of each one (so one tenant's storm
+ * of refusals does not push another's out of that tenant's view). A refusal storm costs a
+ * fixed amount of memory.
  */
 export class AdmissionLog implements AdmissionHooks {
   readonly #size: number;
   readonly #recent: RecentRefusal[] = [];
+  readonly #byTenant = new Map<string, RecentRefusal[]>();
   readonly #listeners = new Set<(runClass: string, outcome: AdmissionOutcome) => void>();
   readonly #now: () => Date;
 
@@ -80,7 +86,7 @@ export class AdmissionLog implements AdmissionHooks {
   refused(tenant: string, refusal: Refusal): void {
     const outcome = outcomeOf(refusal);
     const runClass = refusal.kind === 'thread' ? 'unknown' : refusal.class;
-    this.#recent.push({
+    const entry: RecentRefusal = {
       at: this.#now().toISOString(),
       tenant,
       class: runClass,
@@ -100,14 +106,26 @@ export class AdmissionLog implements AdmissionHooks {
             : refusal.kind === 'spend'
               ? refusal.spentUsd + refusal.reservedUsd
               : null,
-    });
-    if (this.#recent.length > this.#size) this.#recent.splice(0, this.#recent.length - this.#size);
+    };
+    this.#keep(this.#recent, entry);
+    // Map order is the recency order: re-inserted on each refusal, the first is the stalest.
+    const own = this.#byTenant.get(tenant) ?? [];
+    this.#byTenant.delete(tenant);
+    this.#byTenant.set(tenant, own);
+    this.#keep(own, entry);
+    if (this.#byTenant.size > MAX_TENANTS) this.#byTenant.delete(this.#byTenant.keys().next().value!);
     this.#tell(runClass, outcome);
   }
 
-  /** The last refusals, newest first. */
-  recent(): RecentRefusal[] {
-    return [...this.#recent].reverse();
+  /** The last refusals, newest first: of all tenants, or of `tenant` alone. */
+  recent(tenant?: string): RecentRefusal[] {
+    const list = tenant === undefined ? this.#recent : (this.#byTenant.get(tenant) ?? []);
+    return [...list].reverse();
+  }
+
+  #keep(list: RecentRefusal[], entry: RecentRefusal): void {
+    list.push(entry);
+    if (list.length > this.#size) list.splice(0, list.length - this.#size);
   }
 
   #tell(runClass: string, outcome: AdmissionOutcome): void {

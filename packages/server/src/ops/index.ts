@@ -57,7 +57,7 @@ export class Ops {
       at: new Date().toISOString(),
       limiters,
       runs: mine(runs).sort((a, b) => order(a).localeCompare(order(b))),
-      refusals: mine(this.admissions.recent()),
+      refusals: this.admissions.recent(tenant),
     };
   }
 }

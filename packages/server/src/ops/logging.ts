@@ -52,6 +52,10 @@ const SCRUBS: readonly [RegExp, string][] = [
   [/(bearer\s+)[^\s"'\\,;]+/gi, '$1[redacted]'],
   // Sluice token secrets (sk_ and 32 base64url characters), wherever they appear.
   [/\bsk_[A-Za-z0-9_-]{16,}/g, 'sk_[redacted]'],
+  // Signing secrets (whsec_ and base64), of callbacks and webhook triggers.
+  [/\bwhsec_[A-Za-z0-9+/=_-]{8,}/g, 'whsec_[redacted]'],
+  // `Basic <user:password in base64>`, as a proxy or a client may send it.
+  [/(\bBasic\s+)[A-Za-z0-9+/=]{8,}/g, '$1[redacted]'],
   // user:password@ in a connection string (DATABASE_URL, REDIS_URL).
   [/(\b[a-z][a-z0-9+.-]*:\/\/[^\s/:@"']*:)[^\s@/"']+@/gi, '$1[redacted]@'],
   // A secret-looking query value in a URL inside a message.

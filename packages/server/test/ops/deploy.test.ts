@@ -114,6 +114,17 @@ describe('the deploy files', () => {
         expect(existsSync(join(root, source, '../tsconfig.build.json')), source).toBe(true);
       else expect(existsSync(join(root, source)), source).toBe(true);
     }
+    // What a package ships beside its code (SQL, the dashboard's files) is read at run time from
+    // next to dist/: each must reach the runtime, or the server fails at start in the image.
+    const copied = runtime.steps
+      .filter((s) => s.keyword === 'COPY' && s.args.startsWith(`--from=${build.name}`))
+      .map((s) => s.args.split(/\s+/)[1]!.replace(/^\/app\//, ''));
+    for (const name of readdirSync(join(root, 'packages'))) {
+      const files = (JSON.parse(read(`packages/${name}/package.json`)) as { files?: string[] }).files ?? [];
+      // Sources are not run in the image (CMD runs dist/cli.js), nor is the bin wrapper.
+      for (const entry of files.filter((f) => !f.startsWith('!') && f !== 'src' && f !== 'bin'))
+        expect(copied, `packages/${name}/${entry}`).toContain(`packages/${name}/${entry}`);
+    }
     // npm ci needs every workspace's manifest: a package added later must be copied too.
     const manifests = runtime.steps
       .filter((s) => s.keyword === 'COPY' && /package\.json/.test(s.args) && !s.args.startsWith('--from'))

@@ -174,8 +174,12 @@ describe('server logs', () => {
       },
       `callback to https://hook.example/cb?sig=sig-value-3&x=1 failed; sent Bearer ${token} and ${token}; redis redis://u:redis-pass-4@cache:6379/0`,
     );
+    // A signing secret and Basic credentials inside a message are scrubbed too.
+    server.fastify.log.warn(
+      'secret whsec_c2lnbmluZy1zZWNyZXQtNQ== rejected; proxy sent Authorization: Basic YmFzaWMtcGFzcy02',
+    );
     const written = output.slice(before);
-    const line = JSON.parse(written) as Line;
+    const line = JSON.parse(written.split('\n')[0]!) as Line;
     expect(line.databaseUrl).toBe('[redacted]');
     expect(line.config).toEqual({ signing_secret: '[redacted]', REDIS_URL: '[redacted]' });
     expect(line.run).toEqual({ input: '[redacted]' });
@@ -189,6 +193,8 @@ describe('server logs', () => {
       'redis-pass-2',
       'sig-value-3',
       'redis-pass-4',
+      'c2lnbmluZy1zZWNyZXQtNQ',
+      'YmFzaWMtcGFzcy02',
       marker,
     ])
       expect(written).not.toContain(secret);

@@ -2,6 +2,7 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { createAgent, createConcurrencyLimiter } from 'sluice';
 import { createPostgresConcurrencyLimiter } from '@sluice/postgres';
+import { AdmissionLog } from '../../src/ops/admissions.js';
 import { RunCounts } from '../../src/ops/run-counts.js';
 import { metricsTokenOf } from '../../src/routes/metrics.js';
 import {
@@ -142,6 +143,33 @@ describe('GET /metrics', () => {
     expect(c.status).toBe(429);
     await checkOverview(t);
 
+    // Another tenant's run waits for the slot too, and is canceled while it waits: it leaves the
+    // queue and the running count at once, and shows as canceled.
+    const other = await t.token({ tenant: 'other' });
+    const w = await t.call('POST', '/agents/slow/runs', { input: 'waiter', wait: false }, other);
+    expect(w.status).toBe(202);
+    await until(
+      async () => sample(await read(), 'sluice_limiter_queued', slot) === 2,
+      'the other tenant’s run waits too',
+    );
+    expect([200, 202]).toContain(
+      (await t.call('POST', `/agents/runs/${w.body.id}/cancel`, {}, other)).status,
+    );
+    await until(
+      async () =>
+        (await t.call('GET', `/agents/runs/${w.body.id}`, undefined, other)).body.status === 'canceled',
+      'the waiting run is canceled',
+    );
+    await until(
+      async () => sample(await read(), 'sluice_limiter_queued', slot) === 1,
+      'the canceled run leaves the queue',
+    );
+    t.server.ops.runs.expire();
+    m = await read();
+    expect(sample(m, 'sluice_limiter_slots_active', slot)).toBe(1);
+    expect(sample(m, 'sluice_runs', { class: 'default', status: 'running' })).toBe(2);
+    expect(sample(m, 'sluice_runs', { class: 'default', status: 'canceled' })).toBe(1);
+
     release('first');
     await until(async () => (await t.statusOf(b.body.id)).status === 'running' && provider.inFlight === 1);
     await until(async () => (await t.statusOf(a.body.id)).status === 'succeeded', 'the first run ends');
@@ -160,7 +188,7 @@ describe('GET /metrics', () => {
     expect(sample(m, 'sluice_limiter_queued', slot)).toBe(0);
     expect(sample(m, 'sluice_runs', { class: 'default', status: 'running' })).toBe(0);
     expect(sample(m, 'sluice_runs', { class: 'default', status: 'succeeded' })).toBe(2);
-    expect(sample(m, 'sluice_run_admissions_total', { class: 'default', outcome: 'admitted' })).toBe(2);
+    expect(sample(m, 'sluice_run_admissions_total', { class: 'default', outcome: 'admitted' })).toBe(3);
     expect(sample(m, 'sluice_run_admissions_total', { class: 'default', outcome: 'max_active_runs' })).toBe(
       1,
     );
@@ -179,6 +207,19 @@ describe('GET /metrics', () => {
     expect(await count('succeeded')).toBe(2);
     now = 1_000;
     expect(await count('succeeded')).toBe(3);
+  });
+
+  it('keeps each tenant’s last refusals: a tenant flooding refusals does not push another’s out of its view', () => {
+    const log = new AdmissionLog(3, () => new Date(0));
+    const refusal = (limitValue: number) =>
+      ({ kind: 'quota', class: 'default', limitValue, used: limitValue }) as const;
+    log.refused('quiet', refusal(1));
+    for (let i = 0; i < 10; i++) log.refused('loud', refusal(100 + i));
+    // The operator's list is the last three of all; each tenant keeps its own last three.
+    expect(log.recent().map((r) => r.limit)).toEqual([109, 108, 107]);
+    expect(log.recent('quiet').map((r) => [r.tenant, r.limit])).toEqual([['quiet', 1]]);
+    expect(log.recent('loud').map((r) => r.limit)).toEqual([109, 108, 107]);
+    expect(log.recent('nobody')).toEqual([]);
   });
 
   it('refuses a metrics token too short to be a secret, without showing it', () => {
