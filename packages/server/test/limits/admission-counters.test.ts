@@ -176,6 +176,22 @@ describe.runIf(postgres)('admission counters on PostgreSQL', () => {
     await expectExact(db, t);
   }, 60_000);
 
+  it('a run the database refuses as data fails alone: the runs batched with it are admitted', async () => {
+    const db = await openDb(await freshDatabase());
+    const t = 'bad-one';
+    const capped = limits({ activePerTenant: 3 });
+    const [a, bad, b] = await Promise.allSettled([
+      admitRun(db, who(t), run(), capped),
+      // Out of PostgreSQL's timestamp range: the INSERT of the whole batch fails on it.
+      admitRun(db, who(t), run({ schedule: { atMs: 1e300 } }), capped),
+      admitRun(db, who(t), run(), capped),
+    ]);
+    expect(a).toMatchObject({ status: 'fulfilled', value: { ok: true } });
+    expect(b).toMatchObject({ status: 'fulfilled', value: { ok: true } });
+    expect(bad).toMatchObject({ status: 'rejected', reason: { code: '22008' } });
+    expect((await expectExact(db, t))[0]).toMatchObject({ project: '', default_active: 2 });
+  }, 60_000);
+
   it('400 concurrent admissions through two handles (two processes), cap 50, project cap 30: exactly the caps, counted exactly', async () => {
     const url = await freshDatabase();
     const [one, two] = [await openDb(url), await openDb(url)];
