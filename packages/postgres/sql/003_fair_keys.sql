@@ -140,6 +140,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
   v_now timestamptz := clock_timestamp();
   r record;
+  v_last_workloads text[];
+  v_last_keys text[];
 BEGIN
   -- Each key's latest grant, before its queue rows go: the virtual time and the next tags
   -- are read from here (the grants of one pass are in serving order, so max() is the latest).
@@ -155,7 +157,23 @@ BEGIN
         WHERE f.limiter = p_limiter AND f.workload = ANY(p_workloads) GROUP BY f.workload) vt
       WHERE k.limiter = p_limiter AND k.workload = vt.workload AND k.last_tag < vt.v;
   END IF;
+  -- The key of each workload's last grant in this pass (the grants come in serving order).
+  SELECT array_agg(l.workload), array_agg(l.fair_key) INTO v_last_workloads, v_last_keys
+    FROM (SELECT DISTINCT ON (w.workload) w.workload, w.fair_key
+          FROM unnest(p_waiters) WITH ORDINALITY AS g(id, position)
+          JOIN __SCHEMA__.concurrency_waiters w ON w.id = g.id
+          ORDER BY w.workload, g.position DESC) l;
   DELETE FROM __SCHEMA__.concurrency_waiters WHERE id = ANY(p_waiters) OR id = ANY(p_dropped);
+  -- A grant that empties its workload's queue: only the key just served keeps its history
+  -- (FairQueue#forgetAllBut in sluice/concurrency). Keys of one request each all get the same
+  -- tag, so the virtual time never moves on and the rule above would keep every one of them.
+  IF v_last_workloads IS NOT NULL THEN
+    DELETE FROM __SCHEMA__.concurrency_fair_keys k
+      USING unnest(v_last_workloads, v_last_keys) AS l(workload, fair_key)
+      WHERE k.limiter = p_limiter AND k.workload = l.workload AND k.fair_key <> l.fair_key
+        AND NOT EXISTS (SELECT 1 FROM __SCHEMA__.concurrency_waiters w
+                        WHERE w.limiter = p_limiter AND w.workload = l.workload);
+  END IF;
   FOR r IN
     INSERT INTO __SCHEMA__.concurrency_leases
       (limiter, workload, fence, owner, offered, waiter_id, waiter_seq, acquired_at, expires_at)

@@ -50,8 +50,11 @@ BEGIN
   IF was IS NOT DISTINCT FROM now_in THEN
     RETURN NULL;
   END IF;
-  -- Both rows in one statement, the tenant's ('') first in key order: every writer locks them in
-  -- the same order.
+  -- Both rows locked first, the tenant's ('') first in key order, so every writer locks them in
+  -- the same order. The UPDATE alone would not: on a small table with statistics it is a
+  -- sequential scan, locking in physical order, and an update moves a row to the end; an
+  -- admission batch and a finishing run then deadlocked (admission-counters.test.ts).
+  PERFORM 1 FROM admission_counters WHERE tenant = t AND project IN ('', p) ORDER BY project FOR UPDATE;
   UPDATE admission_counters SET
     default_active = default_active + (now_in IS NOT DISTINCT FROM 'active')::int - (was IS NOT DISTINCT FROM 'active')::int,
     default_scheduled = default_scheduled + (now_in IS NOT DISTINCT FROM 'scheduled')::int - (was IS NOT DISTINCT FROM 'scheduled')::int,

@@ -10,9 +10,9 @@ import { admitRun, RECONCILE_EVERY_MS, type Admission } from '../../src/runs/adm
 import { claimDefaultRun } from '../../src/runs/claims.js';
 import type { TenantLimits } from '../../src/runs/policy.js';
 import { expireRuns, promoteDueRuns } from '../../src/runs/scheduler.js';
-import { cancelNotStarted, finishRun, type NewRun } from '../../src/runs/store.js';
+import { cancelNotStarted, finishRun, insertRuns, type NewRun } from '../../src/runs/store.js';
 import type { Principal } from '../../src/store/tokens.js';
-import { afterThisTest, freshDatabase, postgres } from '../helpers.js';
+import { afterThisTest, freshDatabase, postgres, until } from '../helpers.js';
 
 const limits = (over: Partial<TenantLimits> = {}): TenantLimits => ({
   activePerTenant: 0,
@@ -123,6 +123,73 @@ describe.runIf(postgres)('admission counters on PostgreSQL', () => {
     // Deleted while active (a manual cleanup): the place comes back too.
     await db.query(`DELETE FROM agent_runs WHERE id = $1::text`, [rest[2]]);
     await expectExact(db, t);
+  }, 60_000);
+
+  it('an admission batch and a finishing run lock the counter rows in one order, whatever the plan (no deadlock)', async () => {
+    const db = await openDb(await freshDatabase());
+    const t = 'order';
+    const ended = admittedId(await admitRun(db, who(t, 'q'), run(), limits()));
+    await admitRun(db, who(t, 'p'), run(), limits());
+    // A small table with statistics is read by a sequential scan, in physical order; moving the
+    // tenant's row ('') behind its projects' rows makes that order differ from the key order.
+    await db.query(`UPDATE admission_counters SET tenant = tenant WHERE tenant = $1::text AND project = ''`, [
+      t,
+    ]);
+    await db.query('ANALYZE admission_counters');
+    const waiting = (pid: number) => async () =>
+      (
+        await db.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_locks WHERE pid = $1::int AND NOT granted`,
+          [pid],
+        )
+      ).rows[0]!.n > 0;
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let finisherPid = 0;
+    let batchPid = 0;
+    let finishing: Promise<unknown> | undefined;
+    // The batch: runs in p then q, in one transaction (as one admission batch's INSERT would).
+    const batch = db.transaction(async (tx) => {
+      batchPid = (await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+      await insertRuns(tx, [{ who: who(t, 'p'), run: run() }]);
+      // Meanwhile a run of project q finishes (no admission lock: finishing never takes it).
+      finishing = db.transaction(async (f) => {
+        finisherPid = (await f.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+        await f.query(
+          `UPDATE agent_runs SET status = 'succeeded', finished_at = clock_timestamp() WHERE id = $1::text`,
+          [ended],
+        );
+      });
+      await until(
+        async () => finisherPid > 0 && (await waiting(finisherPid)()),
+        'the finish waiting for a lock',
+      );
+      await insertRuns(tx, [{ who: who(t, 'q'), run: run() }]);
+      await held;
+    });
+    await until(
+      async () => batchPid > 0 && !(await waiting(batchPid)()) && finishing !== undefined,
+      'the batch',
+    );
+    release();
+    await Promise.all([batch, finishing]);
+    await expectExact(db, t);
+  }, 60_000);
+
+  it('a run the database refuses as data fails alone: the runs batched with it are admitted', async () => {
+    const db = await openDb(await freshDatabase());
+    const t = 'bad-one';
+    const capped = limits({ activePerTenant: 3 });
+    const [a, bad, b] = await Promise.allSettled([
+      admitRun(db, who(t), run(), capped),
+      // Out of PostgreSQL's timestamp range: the INSERT of the whole batch fails on it.
+      admitRun(db, who(t), run({ schedule: { atMs: 1e300 } }), capped),
+      admitRun(db, who(t), run(), capped),
+    ]);
+    expect(a).toMatchObject({ status: 'fulfilled', value: { ok: true } });
+    expect(b).toMatchObject({ status: 'fulfilled', value: { ok: true } });
+    expect(bad).toMatchObject({ status: 'rejected', reason: { code: '22008' } });
+    expect((await expectExact(db, t))[0]).toMatchObject({ project: '', default_active: 2 });
   }, 60_000);
 
   it('400 concurrent admissions through two handles (two processes), cap 50, project cap 30: exactly the caps, counted exactly', async () => {

@@ -40,6 +40,11 @@
  * can never raise its priority, and within equal priority, workloads still tie on arrival.
  * Cancelled or timed-out requests keep the tags they were given: the virtual time is not
  * charged back, which costs only their own key (its later requests keep their places).
+ *
+ * A grant that leaves the workload's queue empty ends its busy period: every key's latest
+ * grant is forgotten but the one just made (so that key still starts one tag later than a
+ * newcomer). Keys of one request each are all granted at the same virtual time, which then
+ * never moves on; without this, both limiters kept one record per such key for ever.
  */
 
 /** The part of the limits the rules read. `ResolvedLimits` satisfies it. */

@@ -14,7 +14,8 @@
  *
  * Lanes are forgotten when they hold nothing and their key's history no longer matters:
  * `startTag` of a key whose latest grant is older than the virtual time is the virtual time,
- * exactly as for a key never seen, so memory stays proportional to the keys in play.
+ * exactly as for a key never seen; and when a grant empties the queue, every lane but the one
+ * just served goes (see `#forgetAllBut`), so memory stays proportional to the keys in play.
  */
 import { servingOrder, startTag } from './allocate.js';
 import { WaitQueue, type QueueNode } from './wait-queue.js';
@@ -94,6 +95,7 @@ export class FairQueue<N extends FairNode<N>> implements Iterable<N> {
     this.#advance(node.tag);
     lane.lastGrantTag = node.tag;
     this.remove(node);
+    if (this.#size === 0) this.#forgetAllBut(lane);
   }
 
   /**
@@ -109,7 +111,22 @@ export class FairQueue<N extends FairNode<N>> implements Iterable<N> {
     const lane = this.#lane(key);
     lane.lastGrantTag = tag;
     if (lane.queue.size === 0) this.#retire(lane);
+    if (this.#size === 0) this.#forgetAllBut(lane);
     return tag;
+  }
+
+  /**
+   * A grant that leaves the queue empty ends a busy period: no other key's history can put it
+   * behind anyone any more but the key just served (one tag later than a newcomer), so only
+   * that one is kept. Without this, keys of one request each are all granted at the same
+   * virtual time, which then never moves on, and every one of them would be kept for ever.
+   */
+  #forgetAllBut(lane: Lane<N>): void {
+    if (this.#lanes.size === 1 && this.#idle.length <= 1) return;
+    for (const other of this.#idle) if (other !== lane) other.idle = false;
+    this.#idle = lane.idle ? [lane] : [];
+    this.#lanes.clear();
+    if (lane.lastGrantTag !== undefined) this.#lanes.set(lane.key, lane);
   }
 
   [Symbol.iterator](): Iterator<N> {

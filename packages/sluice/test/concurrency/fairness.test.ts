@@ -147,13 +147,36 @@ describe('the fair queue', () => {
     expect([...q].length).toBe(3000);
     // Grant in serving order. The keys served at the current virtual time are remembered
     // (their next request starts one tag later); once the time moves on, they are forgotten.
-    for (const n of [...q]) q.grant(n);
-    expect(q.size).toBe(0);
+    for (const n of [...q].slice(0, 2999)) q.grant(n);
     expect(q.virtualTime).toBe(2);
     expect(q.lanes).toBe(1000);
+    // The last grant empties the queue: only the key served last still has a say.
+    q.grant(nodes[2999]!);
+    expect(q.size).toBe(0);
+    expect(q.lanes).toBe(1);
     expect(q.grantNow('other')).toBe(2);
     expect(q.grantNow('other')).toBe(3);
     expect(q.lanes).toBe(1);
+  });
+
+  it('keys of one request each are not remembered for ever, granted at once or after waiting', () => {
+    // Every such key is granted at the virtual time, which then never moves on: without the
+    // forgetting on an empty queue, each one would stay (a leak of one lane per request).
+    const q = new FairQueue<Node>();
+    for (let i = 0; i < 10_000; i++) q.grantNow(`once-${i}`);
+    expect(q.lanes).toBeLessThanOrEqual(1);
+    for (let i = 0; i < 10_000; i++) {
+      const n = node(i);
+      q.push(n, `queued-${i}`);
+      q.grant(n);
+    }
+    expect(q.lanes).toBeLessThanOrEqual(1);
+    // The key served last still starts one tag later than a newcomer.
+    q.grantNow('a');
+    const [x, y] = [node(1), node(2)];
+    q.push(x, 'a');
+    q.push(y, 'b');
+    expect([...q]).toEqual([y, x]);
   });
 
   it('serves the smallest tag first, ties by arrival, after removals from the middle', () => {

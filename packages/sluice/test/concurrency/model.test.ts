@@ -144,8 +144,14 @@ class Model {
     r.fate = 'granted';
     r.everGranted = true;
     r.leaseExpiresAt = this.now + TTL;
-    this.lastGrant.set(`${r.workload}/${r.key}`, r.tag);
     this.virtualTime[r.workload] = Math.max(this.virtualTime[r.workload]!, r.tag);
+    // A grant that empties the workload's queue: only the key just served keeps its history.
+    if (!this.waiting().some((q) => q.workload === r.workload)) {
+      for (const name of [...this.lastGrant.keys()]) {
+        if (name.startsWith(`${r.workload}/`)) this.lastGrant.delete(name);
+      }
+    }
+    this.lastGrant.set(`${r.workload}/${r.key}`, r.tag);
   }
 
   active(w: number): number {
