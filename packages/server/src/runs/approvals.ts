@@ -46,13 +46,21 @@ export async function pauseRun(
   };
   const paused = (
     await db.query<RunRow>(
+      // A cancel asked for from another process that this one has not acted on yet wins: the
+      // run ends canceled rather than wait for a person who could then approve the call.
       `WITH paused AS (
-         UPDATE agent_runs SET status = 'requires_action', worker = NULL, required_action = $3::jsonb,
-           paused_state = $4::jsonb, approvals = NULL, usage = $5::jsonb
+         UPDATE agent_runs SET
+           status = CASE WHEN cancel_requested_at IS NULL THEN 'requires_action' ELSE 'canceled' END,
+           finished_at = CASE WHEN cancel_requested_at IS NULL THEN finished_at ELSE clock_timestamp() END,
+           worker = NULL,
+           required_action = CASE WHEN cancel_requested_at IS NULL THEN $3::jsonb END,
+           paused_state = CASE WHEN cancel_requested_at IS NULL THEN $4::jsonb END,
+           approvals = NULL, usage = $5::jsonb
          WHERE id = $1::text AND status = 'running' AND worker = $2::text RETURNING ${full}),
        kept AS (
          UPDATE threads SET lock_expires_at = 'infinity'
-         WHERE active_run_id = $1::text AND EXISTS (SELECT 1 FROM paused) RETURNING id)
+         WHERE active_run_id = $1::text AND EXISTS (SELECT 1 FROM paused WHERE status = 'requires_action')
+         RETURNING id)
        SELECT * FROM paused`,
       [id, worker, toJsonb(requiredAction), toJsonb(pause.state), toJsonb(pause.usage)],
     )
