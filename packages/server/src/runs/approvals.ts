@@ -119,8 +119,10 @@ export function checkApprovals(run: RunRow, approvals: unknown): Approval[] {
 }
 
 /**
- * Moves a paused run back to the queue with its answers (compare-and-set on `requires_action`:
- * undefined when it was not paused any more, e.g. another resume came first). It keeps its
+ * Moves a paused run back to the queue with its answers (compare-and-set on `requires_action`
+ * and on the pending calls the answers were checked against: undefined when it was not paused
+ * any more, e.g. another resume came first, or when it paused again since, on calls a person
+ * has not seen; models reuse call ids, so an id match alone proves nothing). It keeps its
  * place in the queue (its admission order) and its thread, and passes no admission check:
  * it is work that was accepted already.
  */
@@ -129,14 +131,16 @@ export async function resumeRun(
   tenant: string,
   id: string,
   approvals: Approval[],
+  checked: RunRow['required_action'],
 ): Promise<RunRow | undefined> {
   return (
     await db.query<RunRow>(
       `UPDATE agent_runs SET status = 'queued', mode = 'queued', worker = NULL, required_action = NULL,
          approvals = $3::jsonb
        WHERE id = $1::text AND tenant = $2::text AND status = 'requires_action'
+         AND required_action = $4::jsonb
        RETURNING ${full}`,
-      [id, tenant, toJsonb(approvals)],
+      [id, tenant, toJsonb(approvals), toJsonb(checked)],
     )
   ).rows[0];
 }

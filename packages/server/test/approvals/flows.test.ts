@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { PausedState } from 'sluice';
 import type { ProviderStandIn } from '@sluice/testkit';
-import { pauseRun } from '../../src/runs/approvals.js';
+import { checkApprovals, pauseRun, resumeRun } from '../../src/runs/approvals.js';
+import { getRun } from '../../src/runs/store.js';
 import { until, type Body } from '../helpers.js';
 import { openStream } from '../held/sse.js';
 import {
@@ -181,6 +182,26 @@ describe('approvals over HTTP', () => {
     const after = (await s.call('GET', `/agents/runs/${paused.id}`)).body;
     expect([after.status, after.required_action ?? null]).toEqual(['canceled', null]);
     expect((await s.call('GET', `/threads/${thread}`)).body.status).toBe('idle');
+  });
+
+  it('a resume checked against calls the run has since replaced moves nothing', async () => {
+    // Read while paused on transfer(9); meanwhile resumed by someone else and paused again on
+    // transfer(9000) under the same call id. The stale answers must not approve the new call.
+    const paused = await pause('pay 9');
+    const db = s.server.store.db;
+    const seen = (await getRun(db, 't', paused.id as string))!;
+    const replaced = {
+      type: 'approve_tool_calls',
+      tool_calls: [{ id: 'call_t', name: 'transfer', arguments: { amount: 9000 } }],
+    };
+    await db.query('UPDATE agent_runs SET required_action = $2::jsonb WHERE id = $1::text', [
+      paused.id,
+      JSON.stringify(replaced),
+    ]);
+    const approvals = checkApprovals(seen, answerAll(paused, true));
+    expect(await resumeRun(db, 't', paused.id as string, approvals, seen.required_action)).toBeUndefined();
+    expect((await s.call('GET', `/agents/runs/${paused.id}`)).body.status).toBe('requires_action');
+    await s.call('POST', `/agents/runs/${paused.id}/cancel`);
   });
 
   it('a thread with a paused run refuses new runs at once with thread_requires_action, keeps the run, and on_busy cancel clears it', async () => {
