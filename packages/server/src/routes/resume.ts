@@ -54,7 +54,7 @@ export function resumeRoute(api: FastifyInstance, ctx: RouteContext): void {
           field: 'wait',
         });
       const approvals = checkApprovals(run, body.approvals);
-      const resumed = await resumeRun(ctx.db, who.tenant, run.id, approvals);
+      const resumed = await resumeRun(ctx.db, who.tenant, run.id, approvals, run.required_action);
       // Another resume (or a cancel) moved it first.
       if (!resumed) throw notPaused((await getRun(ctx.db, who.tenant, run.id)) ?? run);
       ctx.executor.notify();

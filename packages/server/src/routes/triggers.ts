@@ -228,7 +228,10 @@ export function webhookRoutes(ctx: RouteContext, now: () => number) {
           return reply.status(202).send(toApiRun(run));
         } catch (error) {
           // A copy of this delivery got in first (on this process or another): its run is the answer.
-          if (!isUniqueViolation(error)) throw error;
+          // That copy may also have taken the last place under a cap, so this one was refused (429):
+          // the refusal was decided after that copy committed, so its row is there to be found.
+          const refusedByCap = error instanceof HttpError && error.status === 429;
+          if (!isUniqueViolation(error) && !refusedByCap) throw error;
           const first = await deliveredRun(ctx.db, trigger.id, verified.key);
           if (!first) throw error;
           return answer(first);

@@ -46,13 +46,21 @@ export async function pauseRun(
   };
   const paused = (
     await db.query<RunRow>(
+      // A cancel asked for from another process that this one has not acted on yet wins: the
+      // run ends canceled rather than wait for a person who could then approve the call.
       `WITH paused AS (
-         UPDATE agent_runs SET status = 'requires_action', worker = NULL, required_action = $3::jsonb,
-           paused_state = $4::jsonb, approvals = NULL, usage = $5::jsonb
+         UPDATE agent_runs SET
+           status = CASE WHEN cancel_requested_at IS NULL THEN 'requires_action' ELSE 'canceled' END,
+           finished_at = CASE WHEN cancel_requested_at IS NULL THEN finished_at ELSE clock_timestamp() END,
+           worker = NULL,
+           required_action = CASE WHEN cancel_requested_at IS NULL THEN $3::jsonb END,
+           paused_state = CASE WHEN cancel_requested_at IS NULL THEN $4::jsonb END,
+           approvals = NULL, usage = $5::jsonb
          WHERE id = $1::text AND status = 'running' AND worker = $2::text RETURNING ${full}),
        kept AS (
          UPDATE threads SET lock_expires_at = 'infinity'
-         WHERE active_run_id = $1::text AND EXISTS (SELECT 1 FROM paused) RETURNING id)
+         WHERE active_run_id = $1::text AND EXISTS (SELECT 1 FROM paused WHERE status = 'requires_action')
+         RETURNING id)
        SELECT * FROM paused`,
       [id, worker, toJsonb(requiredAction), toJsonb(pause.state), toJsonb(pause.usage)],
     )
@@ -111,8 +119,10 @@ export function checkApprovals(run: RunRow, approvals: unknown): Approval[] {
 }
 
 /**
- * Moves a paused run back to the queue with its answers (compare-and-set on `requires_action`:
- * undefined when it was not paused any more, e.g. another resume came first). It keeps its
+ * Moves a paused run back to the queue with its answers (compare-and-set on `requires_action`
+ * and on the pending calls the answers were checked against: undefined when it was not paused
+ * any more, e.g. another resume came first, or when it paused again since, on calls a person
+ * has not seen; models reuse call ids, so an id match alone proves nothing). It keeps its
  * place in the queue (its admission order) and its thread, and passes no admission check:
  * it is work that was accepted already.
  */
@@ -121,14 +131,16 @@ export async function resumeRun(
   tenant: string,
   id: string,
   approvals: Approval[],
+  checked: RunRow['required_action'],
 ): Promise<RunRow | undefined> {
   return (
     await db.query<RunRow>(
       `UPDATE agent_runs SET status = 'queued', mode = 'queued', worker = NULL, required_action = NULL,
          approvals = $3::jsonb
        WHERE id = $1::text AND tenant = $2::text AND status = 'requires_action'
+         AND required_action = $4::jsonb
        RETURNING ${full}`,
-      [id, tenant, toJsonb(approvals)],
+      [id, tenant, toJsonb(approvals), toJsonb(checked)],
     )
   ).rows[0];
 }

@@ -1,5 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { PausedState } from 'sluice';
 import type { ProviderStandIn } from '@sluice/testkit';
+import { checkApprovals, pauseRun, resumeRun } from '../../src/runs/approvals.js';
+import { getRun } from '../../src/runs/store.js';
 import { until, type Body } from '../helpers.js';
 import { openStream } from '../held/sse.js';
 import {
@@ -151,6 +154,54 @@ describe('approvals over HTTP', () => {
     expect(canceled.body.status).toBe('canceled');
     const late = await resume(paused.id, { approvals: answerAll(paused, true) });
     expect([late.status, late.body.error.code]).toEqual([409, 'run_not_requires_action']);
+  });
+
+  it('a run whose cancel was asked for elsewhere while it ran ends canceled when it would pause, freeing its thread', async () => {
+    // Another process asked for the cancel (the row says so) and this one pauses before its
+    // next look: the pause must not swallow the cancel, or a person could approve the call later.
+    const thread = (await s.call('POST', '/threads', {})).body.id as string;
+    const paused = await pause('pay 7', { thread_id: thread });
+    const db = s.server.store.db;
+    await db.query(
+      `UPDATE agent_runs SET status = 'running', worker = 'w-other', cancel_requested_at = clock_timestamp()
+       WHERE id = $1::text`,
+      [paused.id],
+    );
+    const state = (
+      await db.query<{ paused_state: PausedState }>(
+        'SELECT paused_state FROM agent_runs WHERE id = $1::text',
+        [paused.id],
+      )
+    ).rows[0]!.paused_state;
+    const written = await pauseRun(db, paused.id as string, 'w-other', {
+      status: 'requires_action',
+      pending: state.pending,
+      state,
+    });
+    expect(written?.status).toBe('canceled');
+    const after = (await s.call('GET', `/agents/runs/${paused.id}`)).body;
+    expect([after.status, after.required_action ?? null]).toEqual(['canceled', null]);
+    expect((await s.call('GET', `/threads/${thread}`)).body.status).toBe('idle');
+  });
+
+  it('a resume checked against calls the run has since replaced moves nothing', async () => {
+    // Read while paused on transfer(9); meanwhile resumed by someone else and paused again on
+    // transfer(9000) under the same call id. The stale answers must not approve the new call.
+    const paused = await pause('pay 9');
+    const db = s.server.store.db;
+    const seen = (await getRun(db, 't', paused.id as string))!;
+    const replaced = {
+      type: 'approve_tool_calls',
+      tool_calls: [{ id: 'call_t', name: 'transfer', arguments: { amount: 9000 } }],
+    };
+    await db.query('UPDATE agent_runs SET required_action = $2::jsonb WHERE id = $1::text', [
+      paused.id,
+      JSON.stringify(replaced),
+    ]);
+    const approvals = checkApprovals(seen, answerAll(paused, true));
+    expect(await resumeRun(db, 't', paused.id as string, approvals, seen.required_action)).toBeUndefined();
+    expect((await s.call('GET', `/agents/runs/${paused.id}`)).body.status).toBe('requires_action');
+    await s.call('POST', `/agents/runs/${paused.id}/cancel`);
   });
 
   it('a thread with a paused run refuses new runs at once with thread_requires_action, keeps the run, and on_busy cancel clears it', async () => {

@@ -42,7 +42,8 @@ beforeAll(async () => {
   provider = await startProviderStandIn({ reply: () => ({ text: 'ok', usage: { input: 1, output: 1 } }) });
   const config = defineConfig({
     agents: { echo: createAgent({ model: standInModel(provider), credentials: { apiKey: 'k' } }) },
-    tenants: { q: { runs: { limit: 1, per: 'hour' } } },
+    // r: copies of one delivery racing for the tenant's last place.
+    tenants: { q: { runs: { limit: 1, per: 'hour' } }, r: { runs: { limit: 1, per: 'hour' } } },
   });
   for (let i = 0; i < 2; i++) {
     const store = await openStore({
@@ -216,4 +217,23 @@ it('copies of one webhook delivery sent to both processes at once make one run',
   expect(new Set(answers.map((a) => a.body.id)).size).toBe(1);
   const runs = await db.query(`SELECT id FROM agent_runs WHERE metadata ->> 'trigger_id' = $1`, [id]);
   expect(runs.rows.length).toBe(1);
+});
+
+it('copies of one delivery racing for the last place under a cap all get 202 with its run, not 429', async () => {
+  const rAdmin = (
+    await createToken(apps[0]!.store.db, { tenant: 'r', project: 'p', user: 'u', role: 'admin' })
+  ).secret;
+  const created = await call('POST', '/triggers', { name: 'last', agent: 'echo', class: 'deferred' }, rAdmin);
+  const { id, secret } = created.body as { id: string; secret: string };
+  const body = '{"event":"last"}';
+  clock = Date.now();
+  const headers = standardHeaders(secret, 'msg_last_place', body, Math.floor(clock / 1000));
+  const answers = await Promise.all(
+    Array.from({ length: 12 }, (_, i) =>
+      sendWebhook(`${apps[i % 2]!.url}/api/client/v1/triggers/${id}/webhook`, body, headers),
+    ),
+  );
+  expect(answers.map((a) => a.status)).toEqual(Array(12).fill(202));
+  expect(new Set(answers.map((a) => a.body.id)).size).toBe(1);
+  expect((await runsOf(id)).length).toBe(1);
 });
