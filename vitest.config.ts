@@ -3,7 +3,9 @@ import { defineConfig } from 'vitest/config';
 
 // Tests run on the TypeScript sources: the `@sluice/source` export condition points each
 // workspace package at its `src/` instead of its build output.
-const conditions = ['@sluice/source', ...defaultServerConditions];
+// Without `module`: Node's own resolution of external packages follows these too, and the
+// OpenTelemetry API's `module` build has extensionless imports that Node cannot load.
+const conditions = ['@sluice/source', ...defaultServerConditions.filter((c) => c !== 'module')];
 
 export default defineConfig({
   resolve: { conditions },
