@@ -5,7 +5,7 @@ import { HttpError, badRequest, draining, isStoreUnavailable, notFound, shown } 
 import { checkInput } from '../http/limits.js';
 import { CANCEL_CONFIRM_MS, cancelRun, mayCancel } from '../runs/cancel.js';
 import { getRun } from '../runs/store.js';
-import type { Principal } from '../store/tokens.js';
+import { findToken, type Principal } from '../store/tokens.js';
 import type { RouteContext } from './context.js';
 import { playRun } from './stream-run.js';
 import { admitHeld, newRunOf } from './submit.js';
@@ -25,16 +25,19 @@ export class WsSession {
   readonly #socket: WebSocket;
   readonly #ctx: RouteContext;
   readonly #who: Principal;
+  /** The socket's token, looked up again for every frame: a revocation stops an open socket too. */
+  readonly #secret: string;
   readonly #log: Log;
   /** Aborts when the socket closes: waits for a thread end, `on_disconnect: 'cancel'` runs stop. */
   readonly #gone = new AbortController();
   /** The request ids in flight, and the work of each until its last frame is sent. */
   readonly #inFlight = new Map<string, Promise<void>>();
 
-  constructor(socket: WebSocket, ctx: RouteContext, who: Principal, log: Log) {
+  constructor(socket: WebSocket, ctx: RouteContext, who: Principal, secret: string, log: Log) {
     this.#socket = socket;
     this.#ctx = ctx;
     this.#who = who;
+    this.#secret = secret;
     this.#log = log;
     socket.on('message', (data, isBinary) => this.#onFrame(data, isBinary));
     socket.once('close', () => this.#gone.abort());
@@ -51,6 +54,20 @@ export class WsSession {
 
   #refuse(requestId: string | null, error: unknown): void {
     this.#send({ type: 'error', request_id: requestId, error: this.#asHttpError(error).body().error });
+  }
+
+  /**
+   * False, after a 401 error frame and a close with 1008, once the token has been revoked since
+   * the upgrade: the socket must not outlive what let it in.
+   */
+  async #tokenLive(requestId: string | null): Promise<boolean> {
+    if (await findToken(this.#ctx.db, this.#secret)) return true;
+    this.#refuse(
+      requestId,
+      new HttpError(401, 'authentication_required', 'The API token of this socket was revoked'),
+    );
+    this.#socket.close(1008, 'token revoked');
+    return false;
   }
 
   #asHttpError(error: unknown): HttpError {
@@ -113,6 +130,7 @@ export class WsSession {
   }
 
   async #run(frame: RunFrame): Promise<void> {
+    if (!(await this.#tokenLive(frame.request_id))) return;
     const ctx = this.#ctx;
     const who = this.#who;
     requireRole(who, 'member', 'create runs');
@@ -149,6 +167,7 @@ export class WsSession {
   }
 
   async #cancel(frame: CancelFrame): Promise<void> {
+    if (!(await this.#tokenLive(frame.request_id ?? null))) return;
     const ctx = this.#ctx;
     const who = this.#who;
     requireRole(who, 'member', 'cancel runs');

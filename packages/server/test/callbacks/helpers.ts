@@ -59,7 +59,10 @@ export async function openDatabase(): Promise<{ db: Database; pool: pg.Pool; sch
     return { db, pool, schema };
   })();
   const database = await shared;
-  await database.db.query('TRUNCATE agent_runs, callback_deliveries, tenant_secrets');
+  // CASCADE: later tables (trigger deliveries and ticks) point at runs; the counters go with the runs.
+  await database.db.query(
+    'TRUNCATE agent_runs, callback_deliveries, tenant_secrets, admission_counters CASCADE',
+  );
   return database;
 }
 

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { until, type Body } from '../helpers.js';
+import { createToken, revokeToken } from '@sluice/server';
 import { Client, answerTo, startFileServer, type FileServer } from './harness.js';
 
 let s: FileServer;
@@ -260,6 +261,25 @@ describe('WebSocket runs', () => {
     }[];
     expect(messages.map((m) => m.role)).toEqual(['user', 'assistant', 'user', 'assistant']);
     await c.close();
+  });
+
+  it('a token revoked while its socket is open runs nothing more: the next run frame gets 401 and the socket closes with 1008', async () => {
+    const { id, secret } = await createToken(s.server.store.db, {
+      tenant: 't',
+      project: 'p',
+      user: 'revoked',
+      role: 'member',
+    });
+    const c = await Client.open(s.wsUrl, secret);
+    c.send({ type: 'run', request_id: 'before', agent: 'echo', input: 'still live' });
+    expect((await c.request('before')).at(-1)!.type).toBe('run.completed');
+    expect(await revokeToken(s.server.store.db, id)).toBe(true);
+    c.send({ type: 'run', request_id: 'after', agent: 'echo', input: 'after revocation' });
+    const after = await c.request('after').catch(() => c.frames.filter((f) => f.request_id === 'after'));
+    expect(after.map((f) => f.type)).toEqual(['error']);
+    expect(after[0]!.error).toMatchObject({ type: 'authentication_required' });
+    expect(await c.closed).toMatchObject({ code: 1008 });
+    expect(s.asked.some((m) => m.some((x) => x.text.includes('after revocation')))).toBe(false);
   });
 
   it('a socket that closes leaves its runs going, unless the run frame said on_disconnect: cancel', async () => {
