@@ -11,7 +11,7 @@ import { playRun } from './stream-run.js';
 import { admitHeld, newRunOf } from './submit.js';
 import { parseFrame, requestIdOf, type CancelFrame, type RunFrame } from './ws-frames.js';
 
-/** Runs one socket may have in flight at once; each also counts for the user's held-run cap. */
+/** Runs (and, apart, cancels) one socket may have in flight at once; each run also counts for the user's held-run cap. */
 const MAX_RUNS_PER_SOCKET = 100;
 
 type Log = (level: 'warn' | 'error', message: string, fields?: object) => void;
@@ -32,6 +32,8 @@ export class WsSession {
   readonly #gone = new AbortController();
   /** The request ids in flight, and the work of each until its last frame is sent. */
   readonly #inFlight = new Map<string, Promise<void>>();
+  /** Cancel frames still being answered. */
+  #cancels = 0;
 
   constructor(socket: WebSocket, ctx: RouteContext, who: Principal, secret: string, log: Log) {
     this.#socket = socket;
@@ -70,6 +72,15 @@ export class WsSession {
     return false;
   }
 
+  #tooMany(what: 'runs' | 'cancels', active: number): HttpError {
+    return new HttpError(
+      429,
+      'too_many_requests',
+      `This socket has ${active} ${what} in flight; the limit is ${MAX_RUNS_PER_SOCKET}`,
+      { limit: `${what}_per_socket`, limit_value: MAX_RUNS_PER_SOCKET },
+    );
+  }
+
   #asHttpError(error: unknown): HttpError {
     if (error instanceof HttpError) return error;
     if (isStoreUnavailable(error))
@@ -95,7 +106,13 @@ export class WsSession {
     if ('error' in parsed) return this.#refuse(requestIdOf(parsed.frame), parsed.error);
     const frame = parsed.frame;
     if (frame.type === 'cancel') {
-      void this.#cancel(frame).catch((error: unknown) => this.#refuse(frame.request_id ?? null, error));
+      // Cancels wait on the database and on the run: bounded like runs, or a flood of them is not.
+      if (this.#cancels >= MAX_RUNS_PER_SOCKET)
+        return this.#refuse(frame.request_id ?? null, this.#tooMany('cancels', this.#cancels));
+      this.#cancels += 1;
+      void this.#cancel(frame)
+        .catch((error: unknown) => this.#refuse(frame.request_id ?? null, error))
+        .finally(() => (this.#cancels -= 1));
       return;
     }
     if (this.#inFlight.has(frame.request_id)) {
@@ -109,20 +126,8 @@ export class WsSession {
         ),
       );
     }
-    if (this.#inFlight.size >= MAX_RUNS_PER_SOCKET) {
-      return this.#refuse(
-        frame.request_id,
-        new HttpError(
-          429,
-          'too_many_requests',
-          `This socket has ${this.#inFlight.size} runs in flight; the limit is ${MAX_RUNS_PER_SOCKET}`,
-          {
-            limit: 'runs_per_socket',
-            limit_value: MAX_RUNS_PER_SOCKET,
-          },
-        ),
-      );
-    }
+    if (this.#inFlight.size >= MAX_RUNS_PER_SOCKET)
+      return this.#refuse(frame.request_id, this.#tooMany('runs', this.#inFlight.size));
     const work = this.#run(frame)
       .catch((error: unknown) => this.#refuse(frame.request_id, error))
       .finally(() => this.#inFlight.delete(frame.request_id));

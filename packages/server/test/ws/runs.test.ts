@@ -282,6 +282,21 @@ describe('WebSocket runs', () => {
     expect(s.asked.some((m) => m.some((x) => x.text.includes('after revocation')))).toBe(false);
   });
 
+  it('a flood of cancel frames is bounded per socket like run frames: past 100 in flight they get 429 (not unbounded lookups), every frame is answered', async () => {
+    const c = await open('cancel-flood');
+    const frames = Array.from({ length: 300 }, (_, i) =>
+      JSON.stringify({ type: 'cancel', run_id: 'run_nosuch', request_id: `c${i}` }),
+    );
+    // Sent in one tick: the frames reach the server together, before any of their lookups can end.
+    for (const f of frames) c.ws.send(f);
+    await c.until((f) => f.request_id === 'c299', 'the answer to the last cancel');
+    await c.until(() => c.frames.filter((f) => f.request_id?.startsWith('c')).length === 300, 'all answers');
+    const kinds = c.frames.filter((f) => f.request_id?.startsWith('c')).map((f) => f.error?.type as string);
+    expect(kinds.filter((k) => k === 'too_many_requests').length).toBeGreaterThan(0);
+    expect(kinds.every((k) => k === 'too_many_requests' || k === 'not_found')).toBe(true);
+    await c.close();
+  });
+
   it('a socket that closes leaves its runs going, unless the run frame said on_disconnect: cancel', async () => {
     const token = await s.token('leaver');
     const c = await Client.open(s.wsUrl, token);
