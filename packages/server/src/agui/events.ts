@@ -1,11 +1,12 @@
 import type { ApiRun } from '../runs/store.js';
+import type { ToolEvent } from 'sluice';
 import type { RunStreamEvent } from '../routes/stream-run.js';
 
 /**
  * A run's stream events as AG-UI events: `RUN_STARTED` first; the answer's text as one
  * assistant message per stretch of text (`TEXT_MESSAGE_START`, `_CONTENT`, `_END`), closed when
- * a tool call begins; each server tool call as `TOOL_CALL_START` and `TOOL_CALL_END` (the run's
- * events carry no arguments or results: those stay on the server); then `RUN_FINISHED`, or
+ * a tool call begins; each server tool call as `TOOL_CALL_START`, `TOOL_CALL_ARGS` (its arguments
+ * as JSON), `TOOL_CALL_END`, then `TOOL_CALL_RESULT` (the result's text, cut short); then `RUN_FINISHED`, or
  * `RUN_ERROR` for a run that failed or was canceled.
  */
 export class AgUiEvents {
@@ -23,7 +24,7 @@ export class AgUiEvents {
     this.#emit = emit;
   }
 
-  readonly send = (event: RunStreamEvent, data: object): void => {
+  readonly send = (event: RunStreamEvent, data: object, tool?: ToolEvent): void => {
     const run = data as { id: string; run_id: string; text: string; tool_call_id: string; name: string };
     switch (event) {
       case 'run.created':
@@ -43,10 +44,24 @@ export class AgUiEvents {
         this.#closeMessage();
         this.#openCalls.add(run.tool_call_id);
         this.#emit({ type: 'TOOL_CALL_START', toolCallId: run.tool_call_id, toolCallName: run.name });
+        if (tool?.type === 'started' && tool.args !== undefined)
+          this.#emit({
+            type: 'TOOL_CALL_ARGS',
+            toolCallId: run.tool_call_id,
+            delta: JSON.stringify(tool.args),
+          });
         return;
       case 'tool.completed':
         if (!this.#openCalls.delete(run.tool_call_id)) return;
         this.#emit({ type: 'TOOL_CALL_END', toolCallId: run.tool_call_id });
+        if (tool?.type === 'completed')
+          this.#emit({
+            type: 'TOOL_CALL_RESULT',
+            messageId: `${run.run_id}_t${run.tool_call_id}`,
+            toolCallId: run.tool_call_id,
+            content: tool.result,
+            role: 'tool',
+          });
         return;
       default:
         this.#end(event, data as ApiRun);

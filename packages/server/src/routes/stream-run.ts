@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import type { FastifyReply } from 'fastify';
+import type { ToolEvent } from 'sluice';
 import type { Executor } from '../runs/executor.js';
 import { getRun, toApiRun, type RunRow } from '../runs/store.js';
 
@@ -87,18 +88,20 @@ export async function playRun(
   executor: Executor,
   run: RunRow,
   db: Parameters<typeof getRun>[0],
-  send: (event: RunStreamEvent, data: object) => void,
+  send: (event: RunStreamEvent, data: object, tool?: ToolEvent) => void,
 ): Promise<RunRow> {
   send('run.created', toApiRun(run));
   send('run.started', toApiRun(run));
   const final = await executor.execute(run, {
     onText: (text) => send('message.delta', { run_id: run.id, text }),
+    // The stream's data stays { run_id, tool_call_id, name }; the whole event (arguments,
+    // result text) goes beside it for carriers that show them (AG-UI).
     onTool: (event) =>
-      send(event.type === 'started' ? 'tool.started' : 'tool.completed', {
-        run_id: run.id,
-        tool_call_id: event.toolCallId,
-        name: event.name,
-      }),
+      send(
+        event.type === 'started' ? 'tool.started' : 'tool.completed',
+        { run_id: run.id, tool_call_id: event.toolCallId, name: event.name },
+        event,
+      ),
   });
   // Undefined: the run was ended elsewhere (lost, or its end could not be recorded); say how it stands.
   const current = final ?? (await getRun(db, run.tenant, run.id).catch(() => undefined)) ?? run;

@@ -5,13 +5,13 @@ import { HttpError, badRequest, draining, isStoreUnavailable, notFound, shown } 
 import { checkInput } from '../http/limits.js';
 import { CANCEL_CONFIRM_MS, cancelRun, mayCancel } from '../runs/cancel.js';
 import { getRun } from '../runs/store.js';
-import type { Principal } from '../store/tokens.js';
+import { findToken, type Principal } from '../store/tokens.js';
 import type { RouteContext } from './context.js';
 import { playRun } from './stream-run.js';
 import { admitHeld, newRunOf } from './submit.js';
 import { parseFrame, requestIdOf, type CancelFrame, type RunFrame } from './ws-frames.js';
 
-/** Runs one socket may have in flight at once; each also counts for the user's held-run cap. */
+/** Runs (and, apart, cancels) one socket may have in flight at once; each run also counts for the user's held-run cap. */
 const MAX_RUNS_PER_SOCKET = 100;
 
 type Log = (level: 'warn' | 'error', message: string, fields?: object) => void;
@@ -25,16 +25,21 @@ export class WsSession {
   readonly #socket: WebSocket;
   readonly #ctx: RouteContext;
   readonly #who: Principal;
+  /** The socket's token, looked up again for every frame: a revocation stops an open socket too. */
+  readonly #secret: string;
   readonly #log: Log;
   /** Aborts when the socket closes: waits for a thread end, `on_disconnect: 'cancel'` runs stop. */
   readonly #gone = new AbortController();
   /** The request ids in flight, and the work of each until its last frame is sent. */
   readonly #inFlight = new Map<string, Promise<void>>();
+  /** Cancel frames still being answered. */
+  #cancels = 0;
 
-  constructor(socket: WebSocket, ctx: RouteContext, who: Principal, log: Log) {
+  constructor(socket: WebSocket, ctx: RouteContext, who: Principal, secret: string, log: Log) {
     this.#socket = socket;
     this.#ctx = ctx;
     this.#who = who;
+    this.#secret = secret;
     this.#log = log;
     socket.on('message', (data, isBinary) => this.#onFrame(data, isBinary));
     socket.once('close', () => this.#gone.abort());
@@ -51,6 +56,29 @@ export class WsSession {
 
   #refuse(requestId: string | null, error: unknown): void {
     this.#send({ type: 'error', request_id: requestId, error: this.#asHttpError(error).body().error });
+  }
+
+  /**
+   * False, after a 401 error frame and a close with 1008, once the token has been revoked since
+   * the upgrade: the socket must not outlive what let it in.
+   */
+  async #tokenLive(requestId: string | null): Promise<boolean> {
+    if (await findToken(this.#ctx.db, this.#secret)) return true;
+    this.#refuse(
+      requestId,
+      new HttpError(401, 'authentication_required', 'The API token of this socket was revoked'),
+    );
+    this.#socket.close(1008, 'token revoked');
+    return false;
+  }
+
+  #tooMany(what: 'runs' | 'cancels', active: number): HttpError {
+    return new HttpError(
+      429,
+      'too_many_requests',
+      `This socket has ${active} ${what} in flight; the limit is ${MAX_RUNS_PER_SOCKET}`,
+      { limit: `${what}_per_socket`, limit_value: MAX_RUNS_PER_SOCKET },
+    );
   }
 
   #asHttpError(error: unknown): HttpError {
@@ -78,7 +106,13 @@ export class WsSession {
     if ('error' in parsed) return this.#refuse(requestIdOf(parsed.frame), parsed.error);
     const frame = parsed.frame;
     if (frame.type === 'cancel') {
-      void this.#cancel(frame).catch((error: unknown) => this.#refuse(frame.request_id ?? null, error));
+      // Cancels wait on the database and on the run: bounded like runs, or a flood of them is not.
+      if (this.#cancels >= MAX_RUNS_PER_SOCKET)
+        return this.#refuse(frame.request_id ?? null, this.#tooMany('cancels', this.#cancels));
+      this.#cancels += 1;
+      void this.#cancel(frame)
+        .catch((error: unknown) => this.#refuse(frame.request_id ?? null, error))
+        .finally(() => (this.#cancels -= 1));
       return;
     }
     if (this.#inFlight.has(frame.request_id)) {
@@ -92,20 +126,8 @@ export class WsSession {
         ),
       );
     }
-    if (this.#inFlight.size >= MAX_RUNS_PER_SOCKET) {
-      return this.#refuse(
-        frame.request_id,
-        new HttpError(
-          429,
-          'too_many_requests',
-          `This socket has ${this.#inFlight.size} runs in flight; the limit is ${MAX_RUNS_PER_SOCKET}`,
-          {
-            limit: 'runs_per_socket',
-            limit_value: MAX_RUNS_PER_SOCKET,
-          },
-        ),
-      );
-    }
+    if (this.#inFlight.size >= MAX_RUNS_PER_SOCKET)
+      return this.#refuse(frame.request_id, this.#tooMany('runs', this.#inFlight.size));
     const work = this.#run(frame)
       .catch((error: unknown) => this.#refuse(frame.request_id, error))
       .finally(() => this.#inFlight.delete(frame.request_id));
@@ -113,6 +135,7 @@ export class WsSession {
   }
 
   async #run(frame: RunFrame): Promise<void> {
+    if (!(await this.#tokenLive(frame.request_id))) return;
     const ctx = this.#ctx;
     const who = this.#who;
     requireRole(who, 'member', 'create runs');
@@ -149,6 +172,7 @@ export class WsSession {
   }
 
   async #cancel(frame: CancelFrame): Promise<void> {
+    if (!(await this.#tokenLive(frame.request_id ?? null))) return;
     const ctx = this.#ctx;
     const who = this.#who;
     requireRole(who, 'member', 'cancel runs');

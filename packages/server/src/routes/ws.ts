@@ -3,7 +3,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
 import { placeKeys } from '../cache/places.js';
 import type { CacheStore } from '../cache/store.js';
-import { authenticate } from '../http/auth.js';
+import { authenticate, bearerOf } from '../http/auth.js';
 import { HttpError } from '../http/errors.js';
 import { requestLimits } from '../http/limits.js';
 import type { RouteContext } from './context.js';
@@ -119,7 +119,9 @@ export function wsRoutes(
 
 function openSession(ctx: RouteContext, sessions: Set<WsSession>, log: Log) {
   return (socket: WebSocket, request: FastifyRequest) => {
-    const session = new WsSession(socket, ctx, request.principal, log);
+    // The upgrade was authenticated, so the header (or the query token copied into it) holds one.
+    const secret = bearerOf(request.headers.authorization) ?? '';
+    const session = new WsSession(socket, ctx, request.principal, secret, log);
     sessions.add(session);
     let answered = true;
     socket.on('pong', () => (answered = true));

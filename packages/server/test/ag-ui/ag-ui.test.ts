@@ -67,10 +67,21 @@ describe('AG-UI runs', () => {
     expect(s.asked.at(-1)!.map((m) => m.role)).toEqual(['user', 'assistant', 'user']);
   });
 
-  it('server tool calls arrive as TOOL_CALL_START / TOOL_CALL_END between text messages', async () => {
+  it('server tool calls arrive as TOOL_CALL_START / _ARGS / _END / _RESULT between text messages', async () => {
     const { events } = await run(agentFor('researcher', 'chat-tools', [user('m1', 'look it up')]));
     const types = events.map((e) => String(e.type));
-    expect(types.filter((t) => t.startsWith('TOOL_CALL'))).toEqual(['TOOL_CALL_START', 'TOOL_CALL_END']);
+    expect(types.filter((t) => t.startsWith('TOOL_CALL'))).toEqual([
+      'TOOL_CALL_START',
+      'TOOL_CALL_ARGS',
+      'TOOL_CALL_END',
+      'TOOL_CALL_RESULT',
+    ]);
+    const args = events.find((e) => e.type === 'TOOL_CALL_ARGS') as unknown as { delta: string };
+    expect(JSON.parse(args.delta)).toEqual({ q: 'x' });
+    expect(events.find((e) => e.type === 'TOOL_CALL_RESULT')).toMatchObject({
+      content: 'result-x',
+      role: 'tool',
+    });
     const start = events.find((e) => e.type === 'TOOL_CALL_START') as unknown as {
       toolCallId: string;
       toolCallName: string;

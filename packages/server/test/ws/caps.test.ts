@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { until } from '../helpers.js';
 import { Client, refusedUpgrade, startFileServer, type FileServer } from './harness.js';
@@ -84,6 +85,45 @@ describe('WebSocket connections', () => {
     await open[0]!.close();
     const next = await openWhenFree(users[3]!);
     await Promise.all([...open.slice(1), next].map((c) => c.close()));
+  });
+
+  it('300 upgrades killed at once, mid-upgrade or just after it, give back every place: all 4 can be taken again', async () => {
+    const token = await s.token('killer');
+    const { hostname, port } = new URL(s.wsUrl);
+    const request = [
+      'GET /api/client/v1/ws HTTP/1.1',
+      `Host: ${hostname}:${port}`,
+      'Upgrade: websocket',
+      'Connection: Upgrade',
+      'Sec-WebSocket-Version: 13',
+      'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==',
+      `Authorization: Bearer ${token}`,
+      '',
+      '',
+    ].join('\r\n');
+    await Promise.all(
+      Array.from(
+        { length: 300 },
+        (_, i) =>
+          new Promise<void>((resolve) => {
+            const socket = connect(Number(port), hostname, () => {
+              socket.write(request);
+              // Half die before any answer, half once the first bytes of one arrive.
+              if (i % 2 === 0) socket.destroy();
+              else socket.once('data', () => socket.destroy());
+            });
+            socket.once('close', () => resolve());
+            socket.once('error', () => undefined);
+          }),
+      ),
+    );
+    const clients = [
+      await openWhenFree(token),
+      await openWhenFree(token),
+      await openWhenFree(await s.token('killer2')),
+      await openWhenFree(await s.token('killer3')),
+    ];
+    await Promise.all(clients.map((c) => c.close()));
   });
 
   it('a frame over 10 MB closes the socket with 1009; the places it held are given back', async () => {

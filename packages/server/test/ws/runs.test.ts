@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { until, type Body } from '../helpers.js';
+import { createToken, revokeToken } from '@sluice/server';
 import { Client, answerTo, startFileServer, type FileServer } from './harness.js';
 
 let s: FileServer;
@@ -259,6 +260,40 @@ describe('WebSocket runs', () => {
       role: string;
     }[];
     expect(messages.map((m) => m.role)).toEqual(['user', 'assistant', 'user', 'assistant']);
+    await c.close();
+  });
+
+  it('a token revoked while its socket is open runs nothing more: the next run frame gets 401 and the socket closes with 1008', async () => {
+    const { id, secret } = await createToken(s.server.store.db, {
+      tenant: 't',
+      project: 'p',
+      user: 'revoked',
+      role: 'member',
+    });
+    const c = await Client.open(s.wsUrl, secret);
+    c.send({ type: 'run', request_id: 'before', agent: 'echo', input: 'still live' });
+    expect((await c.request('before')).at(-1)!.type).toBe('run.completed');
+    expect(await revokeToken(s.server.store.db, id)).toBe(true);
+    c.send({ type: 'run', request_id: 'after', agent: 'echo', input: 'after revocation' });
+    const after = await c.request('after').catch(() => c.frames.filter((f) => f.request_id === 'after'));
+    expect(after.map((f) => f.type)).toEqual(['error']);
+    expect(after[0]!.error).toMatchObject({ type: 'authentication_required' });
+    expect(await c.closed).toMatchObject({ code: 1008 });
+    expect(s.asked.some((m) => m.some((x) => x.text.includes('after revocation')))).toBe(false);
+  });
+
+  it('a flood of cancel frames is bounded per socket like run frames: past 100 in flight they get 429 (not unbounded lookups), every frame is answered', async () => {
+    const c = await open('cancel-flood');
+    const frames = Array.from({ length: 300 }, (_, i) =>
+      JSON.stringify({ type: 'cancel', run_id: 'run_nosuch', request_id: `c${i}` }),
+    );
+    // Sent in one tick: the frames reach the server together, before any of their lookups can end.
+    for (const f of frames) c.ws.send(f);
+    await c.until((f) => f.request_id === 'c299', 'the answer to the last cancel');
+    await c.until(() => c.frames.filter((f) => f.request_id?.startsWith('c')).length === 300, 'all answers');
+    const kinds = c.frames.filter((f) => f.request_id?.startsWith('c')).map((f) => f.error?.type as string);
+    expect(kinds.filter((k) => k === 'too_many_requests').length).toBeGreaterThan(0);
+    expect(kinds.every((k) => k === 'too_many_requests' || k === 'not_found')).toBe(true);
     await c.close();
   });
 

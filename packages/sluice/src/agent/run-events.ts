@@ -2,10 +2,27 @@ import type { AgentEvent } from '@mariozechner/pi-agent-core';
 import type { ConcurrencyEventListener } from '../concurrency/events.js';
 import { fail } from './options.js';
 
-/** A tool call of a run starting, and ending (`isError` when it threw, timed out or was refused). */
+/**
+ * A tool call of a run starting (with the arguments the model gave), and ending (`isError` when
+ * it threw, timed out or was refused; `result`: the text of its result, cut to 4,000 characters).
+ */
 export type ToolEvent =
-  | { type: 'started'; toolCallId: string; name: string }
-  | { type: 'completed'; toolCallId: string; name: string; isError: boolean };
+  | { type: 'started'; toolCallId: string; name: string; args: unknown }
+  | { type: 'completed'; toolCallId: string; name: string; isError: boolean; result: string };
+
+/** Characters of a tool's result text a `completed` event carries: enough to show, not a payload. */
+const RESULT_TEXT_CHARS = 4_000;
+
+/** The text parts of a tool result (`{ content: [{ type: 'text', text }] }`), joined and cut. */
+function resultText(result: unknown): string {
+  const content = (result as { content?: unknown } | null | undefined)?.content;
+  if (!Array.isArray(content)) return '';
+  const text = content
+    .filter((c): c is { type: 'text'; text: string } => c?.type === 'text' && typeof c.text === 'string')
+    .map((c) => c.text)
+    .join('');
+  return text.length > RESULT_TEXT_CHARS ? text.slice(0, RESULT_TEXT_CHARS) : text;
+}
 
 /** What a caller can hear of one run. */
 export interface RunEvents {
@@ -58,7 +75,12 @@ export function forwardRunEvents(
         }
         return;
       case 'tool_execution_start':
-        tell(events.onTool, { type: 'started', toolCallId: event.toolCallId, name: event.toolName });
+        tell(events.onTool, {
+          type: 'started',
+          toolCallId: event.toolCallId,
+          name: event.toolName,
+          args: event.args as unknown,
+        });
         return;
       case 'tool_execution_end':
         tell(events.onTool, {
@@ -66,6 +88,7 @@ export function forwardRunEvents(
           toolCallId: event.toolCallId,
           name: event.toolName,
           isError: event.isError,
+          result: resultText(event.result),
         });
         return;
       default:

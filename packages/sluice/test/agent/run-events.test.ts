@@ -72,7 +72,7 @@ describe('run events: onText', () => {
 });
 
 describe('run events: onTool', () => {
-  it('hears each call start and end in order, with its name and id; a throw is an error', async () => {
+  it('hears each call start (with its arguments) and end (with its result text) in order, with its name and id; a throw is an error', async () => {
     const p = await f.provider({
       reply: toolThenAnswer(() => [
         { name: 'lookup', arguments: {}, id: 'call_a' },
@@ -95,10 +95,10 @@ describe('run events: onTool', () => {
     gates.get('call_a')!();
     const result = await run;
     expect(log).toEqual([
-      { type: 'started', toolCallId: 'call_a', name: 'lookup' },
-      { type: 'started', toolCallId: 'call_b', name: 'broken' },
-      { type: 'completed', toolCallId: 'call_b', name: 'broken', isError: true },
-      { type: 'completed', toolCallId: 'call_a', name: 'lookup', isError: false },
+      { type: 'started', toolCallId: 'call_a', name: 'lookup', args: {} },
+      { type: 'started', toolCallId: 'call_b', name: 'broken', args: {} },
+      { type: 'completed', toolCallId: 'call_b', name: 'broken', isError: true, result: 'broken broke' },
+      { type: 'completed', toolCallId: 'call_a', name: 'lookup', isError: false, result: 'lookup done' },
     ]);
     expect(result.text).toBe('Done: lookup done, broken broke');
   });
