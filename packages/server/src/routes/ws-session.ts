@@ -5,7 +5,7 @@ import { HttpError, badRequest, draining, isStoreUnavailable, notFound, shown } 
 import { checkInput } from '../http/limits.js';
 import { CANCEL_CONFIRM_MS, cancelRun, mayCancel } from '../runs/cancel.js';
 import { getRun } from '../runs/store.js';
-import { findToken, type Principal } from '../store/tokens.js';
+import type { Principal } from '../store/tokens.js';
 import type { RouteContext } from './context.js';
 import { playRun } from './stream-run.js';
 import { admitHeld, newRunOf } from './submit.js';
@@ -63,7 +63,7 @@ export class WsSession {
    * the upgrade: the socket must not outlive what let it in.
    */
   async #tokenLive(requestId: string | null): Promise<boolean> {
-    if (await findToken(this.#ctx.db, this.#secret)) return true;
+    if (await this.#ctx.principals.find(this.#secret)) return true;
     this.#refuse(
       requestId,
       new HttpError(401, 'authentication_required', 'The API token of this socket was revoked'),
