@@ -73,6 +73,7 @@ describe.runIf(postgres)('on PostgreSQL', () => {
       .transaction(async (tx) => {
         await tx.query('DROP INDEX agent_runs_queue_default');
         await tx.query('DROP INDEX agent_runs_active');
+        await tx.query('DROP INDEX agent_runs_live');
         await tx.query(`CREATE INDEX agent_runs_queue ON agent_runs (seq) WHERE status = 'queued'`);
         throw Object.assign(new Error('roll back'), { nodes: await claimPlan(tx) });
       })
