@@ -136,14 +136,13 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     (fastify.log as FastifyBaseLogger)[level](fields, message);
   installRequestId(fastify);
   installErrorHandling(fastify, log);
+  // Before any hook that may refuse (a bad request, 503 while draining, 401, 429): an upgrade
+  // request must be known as one, so the plugin ends its socket after whatever answer it gets.
+  const sessions = new Set<WsSession>();
+  await installWebsocket(fastify, sessions);
   installProtocolHandling(fastify);
 
   installJsonBody(fastify);
-
-  // Before any other hook: a refused upgrade (503 while draining, 401, 429) must be known as one,
-  // so the plugin ends its socket after the answer.
-  const sessions = new Set<WsSession>();
-  await installWebsocket(fastify, sessions);
 
   let isDraining = false;
   // Registered before any route plugin, so every route inherits it, whatever its path spelling.

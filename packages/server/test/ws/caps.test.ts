@@ -87,6 +87,21 @@ describe('WebSocket connections', () => {
     await Promise.all([...open.slice(1), next].map((c) => c.close()));
   });
 
+  it('an upgrade request to another route, refused before routing (no Host), is answered and its socket ended', async () => {
+    // Found by the HTTP fuzz test: the socket stayed open after the 400, and the server's close waited for it.
+    const port = Number(new URL(s.server.url).port);
+    const answer = await new Promise<string>((resolve, reject) => {
+      const socket = connect(port, '127.0.0.1', () =>
+        socket.write('GET /readyz HTTP/1.1\r\nupgrade: websocket\r\nconnection: keep-alive, Upgrade\r\n\r\n'),
+      );
+      let got = '';
+      socket.on('data', (d) => (got += String(d)));
+      socket.on('close', () => resolve(got));
+      socket.on('error', reject);
+    });
+    expect(answer).toMatch(/^HTTP\/1\.1 400 /);
+  });
+
   it('300 upgrades killed at once, mid-upgrade or just after it, give back every place: all 4 can be taken again', async () => {
     const token = await s.token('killer');
     const { hostname, port } = new URL(s.wsUrl);
