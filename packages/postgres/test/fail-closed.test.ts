@@ -239,7 +239,8 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: the database fails while req
          WHERE application_name = 'sluice-terminated' AND query NOT LIKE 'LISTEN%'`,
       );
       expect(killed.rows.length).toBeGreaterThan(0);
-      await until(() => errors.length > 0, 'the pool notices');
+      // The pool reports a terminated connection only when it was idle at that moment; one busy
+      // with a poll fails that query instead. Either way the request must still be served.
       await holder.release(held);
       const lease = await waiting;
       expect(lease.limiter).toBe(name);
