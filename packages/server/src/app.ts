@@ -21,7 +21,7 @@ import { metricsRoutes, metricsTokenOf } from './routes/metrics.js';
 import { opsRoutes } from './routes/ops.js';
 import type { RouteContext } from './routes/context.js';
 import { runRoutes } from './routes/runs.js';
-import { installWebsocket, wsRoutes } from './routes/ws.js';
+import { checkUpgrade, installWebsocket, wsRoutes } from './routes/ws.js';
 import type { WsSession } from './routes/ws-session.js';
 import { agUiRoutes } from './agui/route.js';
 import { threadRoutes } from './routes/threads.js';
@@ -140,6 +140,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   // request must be known as one, so the plugin ends its socket after whatever answer it gets.
   const sessions = new Set<WsSession>();
   await installWebsocket(fastify, sessions);
+  fastify.addHook('onRequest', checkUpgrade);
   installProtocolHandling(fastify);
 
   installJsonBody(fastify);

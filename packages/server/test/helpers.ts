@@ -76,6 +76,39 @@ export interface TestServer {
   admin: string;
 }
 
+/** Tokens of a server's store and requests to its API: the admin token unless another is given. */
+export async function apiClientOf(
+  server: RunningServer,
+): Promise<Pick<TestServer, 'token' | 'admin' | 'call'>> {
+  const token: TestServer['token'] = async (who = {}) =>
+    (
+      await createToken(server.store.db, {
+        tenant: who.tenant ?? 't',
+        project: who.project ?? 'p',
+        user: who.user ?? 'u',
+        role: who.role ?? 'admin',
+      })
+    ).secret;
+  const admin = await token();
+  const call: TestServer['call'] = async (method, path, body, as) => {
+    const r = await fetch(`${server.url}/api/client/v1${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${as ?? admin}`,
+        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+      },
+      body: body !== undefined ? JSON.stringify(body) : undefined,
+    });
+    return {
+      status: r.status,
+      retryAfter: r.headers.get('retry-after'),
+      headers: r.headers,
+      body: (await r.json()) as Body,
+    };
+  };
+  return { token, admin, call };
+}
+
 export async function startStandIn(): Promise<ProviderStandIn> {
   const provider = await startProviderStandIn({
     reply: (r) => {
@@ -115,32 +148,7 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
     await server.close();
     rmSync(dir, { recursive: true, force: true });
   });
-  const token: TestServer['token'] = async (who = {}) =>
-    (
-      await createToken(server.store.db, {
-        tenant: who.tenant ?? 't',
-        project: who.project ?? 'p',
-        user: who.user ?? 'u',
-        role: who.role ?? 'admin',
-      })
-    ).secret;
-  const admin = await token();
-  const call: TestServer['call'] = async (method, path, body, as) => {
-    const r = await fetch(`${server.url}/api/client/v1${path}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${as ?? admin}`,
-        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
-      },
-      body: body !== undefined ? JSON.stringify(body) : undefined,
-    });
-    return {
-      status: r.status,
-      retryAfter: r.headers.get('retry-after'),
-      headers: r.headers,
-      body: (await r.json()) as Body,
-    };
-  };
+  const { token, admin, call } = await apiClientOf(server);
   return {
     server,
     provider,

@@ -4,7 +4,7 @@ import type { WebSocket } from 'ws';
 import { placeKeys } from '../cache/places.js';
 import type { CacheStore } from '../cache/store.js';
 import { authenticate, bearerOf } from '../http/auth.js';
-import { HttpError } from '../http/errors.js';
+import { HttpError, badRequest } from '../http/errors.js';
 import { requestLimits } from '../http/limits.js';
 import type { RouteContext } from './context.js';
 import { WsSession } from './ws-session.js';
@@ -30,6 +30,42 @@ export async function installWebsocket(fastify: FastifyInstance, sessions: Set<W
       await new Promise<void>((resolve) => this.websocketServer.close(() => resolve()));
     },
   });
+}
+
+/** Where the WebSocket route is served; any other route answers an upgrade request with 400. */
+export const WS_PATH = '/api/client/v1/ws';
+const WS_KEY = /^[+/0-9A-Za-z]{22}==$/;
+
+/**
+ * An `onRequest` hook after the plugin's: an upgrade request that the WebSocket route will not
+ * take is refused here, in the API's error body, instead of by the handshake's plain-text 400
+ * (which the plugin would send from any route). The plugin ends the socket after the answer.
+ */
+export async function checkUpgrade(request: FastifyRequest): Promise<void> {
+  if (!(request as FastifyRequest & { ws?: boolean }).ws) return;
+  if (request.routeOptions.url !== WS_PATH) {
+    throw badRequest(
+      `WebSocket upgrades are served at ${WS_PATH} only; this route answers plain HTTP requests`,
+      {
+        param: 'upgrade',
+      },
+    );
+  }
+  const key = request.headers['sec-websocket-key'];
+  if (typeof key !== 'string' || !WS_KEY.test(key)) {
+    throw badRequest('Expected a Sec-WebSocket-Key header of 16 bytes in base64 (RFC 6455)', {
+      param: 'sec-websocket-key',
+    });
+  }
+  const version = request.headers['sec-websocket-version'];
+  if (version !== '13' && version !== '8') {
+    throw badRequest(
+      `Expected Sec-WebSocket-Version 13, got ${JSON.stringify(String(version ?? '')).slice(0, 40)}`,
+      {
+        param: 'sec-websocket-version',
+      },
+    );
+  }
 }
 
 /** A token sent as `?access_token=` (browsers cannot set headers on a WebSocket) is read as a bearer token. */

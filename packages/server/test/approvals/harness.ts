@@ -5,9 +5,16 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createAgent, createConcurrencyLimiter, tool } from 'sluice';
-import { createToken, defineConfig, serve, type RunningServer, type SluiceConfig } from '@sluice/server';
+import { defineConfig, serve, type RunningServer, type SluiceConfig } from '@sluice/server';
 import { startProviderStandIn, type ProviderStandIn, type StandInRequest } from '@sluice/testkit';
-import { lastUserText, preparedDataDir, standInModel, type Body, type Reply } from '../helpers.js';
+import {
+  apiClientOf,
+  lastUserText,
+  preparedDataDir,
+  standInModel,
+  type Body,
+  type Reply,
+} from '../helpers.js';
 
 /** The model: "pay N" calls transfer(N) and lookup; with the results, it says what it was told. */
 export function bankReply(request: StandInRequest) {
@@ -91,32 +98,7 @@ export async function startApprovalServer(options: {
     databaseUrl: options.databaseUrl ?? '',
     logger: false,
   });
-  const token: ApprovalServer['token'] = async (who = {}) =>
-    (
-      await createToken(server.store.db, {
-        tenant: who.tenant ?? 't',
-        project: who.project ?? 'p',
-        user: 'u',
-        role: who.role ?? 'admin',
-      })
-    ).secret;
-  const admin = await token();
-  const call: ApprovalServer['call'] = async (method, path, body, as) => {
-    const r = await fetch(`${server.url}/api/client/v1${path}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${as ?? admin}`,
-        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
-      },
-      body: body !== undefined ? JSON.stringify(body) : undefined,
-    });
-    return {
-      status: r.status,
-      retryAfter: r.headers.get('retry-after'),
-      headers: r.headers,
-      body: (await r.json()) as Body,
-    };
-  };
+  const { token, call } = await apiClientOf(server);
   return {
     server,
     token,

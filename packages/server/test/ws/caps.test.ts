@@ -102,6 +102,30 @@ describe('WebSocket connections', () => {
     expect(answer).toMatch(/^HTTP\/1\.1 400 /);
   });
 
+  it('an upgrade request to another route, or to /ws without a valid key, gets a 400 in the API error body', async () => {
+    // Found by the HTTP fuzz test: the handshake's plain-text 400 answered from any route.
+    const port = Number(new URL(s.server.url).port);
+    const ask = (path: string, extra: string) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = connect(port, '127.0.0.1', () =>
+          socket.write(
+            `GET ${path} HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: Upgrade\r\n${extra}\r\n`,
+          ),
+        );
+        let got = '';
+        socket.on('data', (d) => (got += String(d)));
+        socket.on('close', () => resolve(got));
+        socket.on('error', reject);
+      });
+    const body = (answer: string) =>
+      JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as { error: { param: string } };
+    const other = await ask('/readyz', '');
+    expect(other).toMatch(/^HTTP\/1\.1 400 /);
+    expect(body(other).error.param).toBe('upgrade');
+    const noKey = await ask('/api/client/v1/ws', 'sec-websocket-version: 13\r\n');
+    expect(body(noKey).error.param).toBe('sec-websocket-key');
+  });
+
   it('300 upgrades killed at once, mid-upgrade or just after it, give back every place: all 4 can be taken again', async () => {
     const token = await s.token('killer');
     const { hostname, port } = new URL(s.wsUrl);
