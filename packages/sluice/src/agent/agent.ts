@@ -7,16 +7,12 @@ import {
 } from '@mariozechner/pi-agent-core';
 import type { AssistantMessage, Message } from '@mariozechner/pi-ai';
 import type { Clock } from '../concurrency/clock.js';
-import { ConcurrencyConfigError, ConcurrencyError, type RequestLineage } from '../concurrency/errors.js';
+import { ConcurrencyConfigError } from '../concurrency/errors.js';
 import type { ConcurrencyEventListener } from '../concurrency/events.js';
 import type { ConcurrencyLimiter } from '../concurrency/limiter.js';
-import { resolveKey } from '../concurrency/options.js';
-import { withLineage } from '../concurrency/slot.js';
 import { resolveCredentials, resolveModel, type Credential, type ModelSpec } from '../models/model.js';
 import {
   ApprovalGate,
-  checkDecisions,
-  checkPausedState,
   decidedResults,
   pausedState,
   type PausedState,
@@ -24,7 +20,7 @@ import {
 } from './approvals.js';
 import { compactMessages } from './compaction.js';
 import { usageOf, withUsage, type RunResult } from './results.js';
-import { resumedHistory, toConversation, type ChatMessage, type Conversation } from './conversation.js';
+import type { ChatMessage } from './conversation.js';
 import {
   duration,
   resolveRuntimeOptions,
@@ -40,6 +36,7 @@ import { RunRequests, textOf } from './run-requests.js';
 import { openScope, runFields, runScope, type RunScope } from './scope.js';
 import { toAgentTools } from './tool-calls.js';
 import type { JsonSchema, Tool } from './tool.js';
+import { runConcurrency, runConversation, type ConversationPlan } from './run-plan.js';
 import { RunTrace } from './tracing.js';
 
 export interface AgentOptions<W extends string> {
@@ -122,10 +119,7 @@ export interface ResumeOptions<W extends string> extends Omit<RunOptions<W>, 'pr
 export type { CompletedRun, PausedRun, RunResult, RunUsage } from './results.js';
 
 /** What `#start` checked and worked out of a run's options, for `#run`. */
-interface RunPlan {
-  readonly conversation: Conversation;
-  /** Set when the run goes on after a pause. */
-  readonly resume?: { state: PausedState; decisions: Map<string, ToolDecision> };
+interface RunPlan extends ConversationPlan {
   readonly bounds: ResolvedRuntimeOptions['bounds'];
   readonly forward: (event: AgentEvent) => void;
 }
@@ -235,23 +229,12 @@ export class Agent<W extends string = never> {
     onText: ((delta: string) => void) | undefined,
   ): Promise<RunResult> {
     // Everything the caller gave is checked before a slot is asked for or a request sent.
-    let conversation: Conversation;
-    let resume: RunPlan['resume'];
-    if ('paused' in options) {
-      const state = checkPausedState(options.paused);
-      resume = { state, decisions: checkDecisions(state.pending, options.decisions) };
-      conversation = {
-        systemPrompt: state.systemPrompt,
-        history: resumedHistory(options.history, this.#model, this.#runtime.clock.now()),
-        prompts: [],
-      };
-    } else {
-      conversation = toConversation(
-        { instructions: this.#options.instructions, prompt: options?.prompt, history: options?.history },
-        this.#model,
-        this.#runtime.clock.now(),
-      );
-    }
+    const { conversation, resume } = runConversation(
+      this.#options.instructions,
+      options,
+      this.#model,
+      this.#runtime.clock,
+    );
     const bounds = runBounds(this.#runtime.bounds, options.bounds);
     const events = checkRunEvents(options.events);
     const timeoutMs =
@@ -259,7 +242,12 @@ export class Agent<W extends string = never> {
     const parent = runScope.getStore();
     const runId = randomUUID();
     const lineage = { runId, rootRunId: parent?.rootRunId ?? runId, parentRunId: parent?.runId };
-    const { limiter, workload, key } = this.#concurrencyOf(options, parent, lineage);
+    const { limiter, workload, key } = runConcurrency(
+      this.#options.concurrency as { limiter: ConcurrencyLimiter<string>; workload?: string } | undefined,
+      options,
+      parent,
+      lineage,
+    );
     const trace = new RunTrace({ ...lineage, limiter: limiter?.name, workload, model: this.#model });
     const { scope, close } = openScope({
       runId,
@@ -288,44 +276,6 @@ export class Agent<W extends string = never> {
     } finally {
       close();
     }
-  }
-
-  /** The run's limiter and workload, checked before anything is sent. */
-  #concurrencyOf(
-    options: Pick<RunOptions<W>, 'concurrency'>,
-    parent: RunScope | undefined,
-    lineage: RequestLineage,
-  ) {
-    const own = this.#options.concurrency?.limiter as ConcurrencyLimiter<string> | undefined;
-    const limiter = own ?? parent?.limiter;
-    // A child on its parent's limiter keeps its parent's workload unless the run picks one:
-    // nesting cannot move work to another workload by accident.
-    let workload =
-      options.concurrency?.workload ??
-      (limiter !== undefined && limiter === parent?.limiter
-        ? parent.workload
-        : this.#options.concurrency?.workload);
-    if (options.concurrency?.workload !== undefined && !limiter) {
-      throw new ConcurrencyConfigError('This agent has no limiter, so a run cannot pick a workload', {
-        limiter: 'none',
-        workload: options.concurrency.workload,
-        ...lineage,
-        field: 'concurrency.workload',
-      });
-    }
-    if (limiter?.validateWorkload) {
-      try {
-        workload = limiter.validateWorkload(workload);
-      } catch (error) {
-        throw error instanceof ConcurrencyError ? withLineage(error, lineage) : error;
-      }
-    }
-    // The key says who the work is for, whichever limiter a child uses: it is inherited.
-    const key = options.concurrency?.key ?? parent?.key;
-    if (options.concurrency?.key !== undefined) {
-      resolveKey({ name: limiter?.name ?? 'none' }, options.concurrency.key, workload ?? 'default', lineage);
-    }
-    return { limiter, workload, key };
   }
 
   async #run(scope: RunScope, options: Pick<RunOptions<W>, 'schema'>, plan: RunPlan): Promise<RunResult> {
