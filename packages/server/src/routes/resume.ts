@@ -57,7 +57,7 @@ export function resumeRoute(api: FastifyInstance, ctx: RouteContext): void {
       const resumed = await resumeRun(ctx.db, who.tenant, run.id, approvals, run.required_action);
       // Another resume (or a cancel) moved it first.
       if (!resumed) throw notPaused((await getRun(ctx.db, who.tenant, run.id)) ?? run);
-      ctx.executor.notify();
+      ctx.executor.notify(resumed.class);
       const wait = body.wait ?? resumed.class === 'default';
       if (!wait) return reply.status(202).send(toApiRun(resumed));
       const { run: current, draining } = await waitForQueued(ctx, resumed, clientGone(reply));

@@ -132,7 +132,7 @@ export async function admitQueued(
   );
   if (!admission.ok) throw refused(ctx, who, admission.refusal);
   ctx.admissions?.admitted(newRun.class);
-  if (newRun.schedule === undefined) ctx.executor.notify();
+  if (newRun.schedule === undefined) ctx.executor.notify(newRun.class);
   return admission.run;
 }
 

@@ -81,6 +81,8 @@ interface Pending {
 
 interface Line {
   queue: Pending[];
+  /** A turn is asked for and has not come yet: it will take the queue. */
+  turnAsked: boolean;
   history: DepartureHistory;
   reconciledAt: number | undefined;
 }
@@ -97,7 +99,10 @@ function lineOf(db: Database, tenant: string): Line {
     if (tenants.size >= 10_000) {
       for (const [name, l] of tenants) if (l.queue.length === 0) tenants.delete(name);
     }
-    tenants.set(tenant, (line = { queue: [], history: new DepartureHistory(), reconciledAt: undefined }));
+    tenants.set(
+      tenant,
+      (line = { queue: [], turnAsked: false, history: new DepartureHistory(), reconciledAt: undefined }),
+    );
   }
   return line;
 }
@@ -118,28 +123,37 @@ export async function admitRun(
   withRun?: WithRun,
 ): Promise<Admission> {
   const line = lineOf(db, who.tenant);
-  let item!: Pending;
-  const result = new Promise<Admission>((resolve, reject) => {
-    item = { who, run, limits, withRun, resolve, reject };
+  return new Promise<Admission>((resolve, reject) => {
+    line.queue.push({ who, run, limits, withRun, resolve, reject });
+    askTurn(db, who.tenant, line, lockWaitMs, clock);
   });
-  // Handled by the caller below; this only keeps a failed batch from being an unhandled rejection
-  // while the caller still waits for its turn.
-  result.catch(() => undefined);
-  line.queue.push(item);
-  try {
-    await inTurn(db, who.tenant, lockWaitMs, async () => {
-      const batch = line.queue.splice(0, MAX_BATCH);
-      if (batch.length > 0) await admitBatch(db, who.tenant, line, batch, clock);
-    });
-  } catch (error) {
-    const at = line.queue.indexOf(item);
-    // Still waiting for a batch: the turn never came (a stuck lock); give up as it says.
-    if (at >= 0) {
-      line.queue.splice(at, 1);
-      throw error;
-    }
-  }
-  return result;
+}
+
+/**
+ * Makes sure a turn is coming for the runs waiting in the line: at most one turn waits at a
+ * time, and when it comes it takes every run that arrived meanwhile. A caller waits for its
+ * run's outcome, never for a turn of its own: with a turn per caller, each turn found only the
+ * one or two runs that came since the last, and callers queued behind turns whose runs were
+ * long decided (batches of 1.8 and 38 ms of the 48 an admission took, in the figures above).
+ */
+function askTurn(db: Database, tenant: string, line: Line, lockWaitMs: number, clock: Clock): void {
+  if (line.turnAsked || line.queue.length === 0) return;
+  line.turnAsked = true;
+  let started = false;
+  inTurn(db, tenant, lockWaitMs, async () => {
+    started = true;
+    line.turnAsked = false;
+    const batch = line.queue.splice(0, MAX_BATCH);
+    // More than a batch waits: the next turn is asked for now, and comes when a lane is free.
+    askTurn(db, tenant, line, lockWaitMs, clock);
+    if (batch.length > 0) await admitBatch(db, tenant, line, batch, clock);
+  }).catch((error: unknown) => {
+    // A batch that failed has told its runs. A turn that never came (a stuck lock) leaves every
+    // run that waited for it to give up as the lock wait says.
+    if (started) return;
+    line.turnAsked = false;
+    for (const item of line.queue.splice(0)) item.reject(error);
+  });
 }
 
 /** The estimate for a refusal of the per-user cap: how long the tenant's default-class runs stay. */

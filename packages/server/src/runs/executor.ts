@@ -13,6 +13,7 @@ import { agentFor, checkClasses, workloadOf } from '../config.js';
 import { withoutInput } from '../ops/logging.js';
 import { traceRun } from '../ops/tracing.js';
 import type { ServerSettings } from '../settings.js';
+import type { RunClass } from './lifecycle.js';
 import type { RunEvents } from './events.js';
 import { answerOf, chatMessages, publicMessage, toChatMessage } from './agent-io.js';
 import { historyOf, newThreadMessages, threadLeaseMs } from '../threads/store.js';
@@ -57,7 +58,8 @@ const MAX_BACKOFF_MS = 10_000;
 export class Executor {
   readonly node = `node_${randomBytes(6).toString('hex')}`;
   readonly #running = new Map<string, LocalRun>();
-  readonly #idle = new Set<() => void>();
+  /** Idle queue loops, each with the class of run it claims. */
+  readonly #idle = new Map<() => void, RunClass>();
   /** Loops waiting out a database failure; woken only to stop. */
   readonly #backingOff = new Set<() => void>();
   readonly #loops: Promise<void>[] = [];
@@ -282,21 +284,32 @@ export class Executor {
     return this.#running.get(id)?.done;
   }
 
-  /** A queued run was written: wake the idle workers now instead of at their next poll. */
-  notify(): void {
-    for (const wake of [...this.#idle]) wake();
+  /**
+   * Queued runs were written: wake idle workers now instead of at their next poll. Given a
+   * class, one idle loop of that class is woken per run: a loop that wakes for nothing costs a
+   * transaction, and a burst of admissions must not make every worker claim in vain. Without
+   * one (a thread freed, scheduled runs promoted, the workers stopping), every idle loop wakes.
+   */
+  notify(runClass?: RunClass, runs = 1): void {
+    let left = runs;
+    for (const [wake, loopClass] of [...this.#idle]) {
+      if (runClass !== undefined && (loopClass !== runClass || left-- <= 0)) continue;
+      wake();
+    }
   }
 
   /** Starts the queue workers (after the server listens). */
   startWorkers(): void {
     this.#claiming = true;
     for (let i = 0; i < this.settings.runConcurrency; i++) {
-      this.#loops.push(this.#loop(() => claimDefaultRun(this.db, this.node, threadLeaseMs(this.settings))));
+      this.#loops.push(
+        this.#loop('default', () => claimDefaultRun(this.db, this.node, threadLeaseMs(this.settings))),
+      );
     }
     // Deferred work has workers of its own: a deferred backlog never takes interactive capacity.
     for (let i = 0; i < this.settings.deferredConcurrency; i++) {
       this.#loops.push(
-        this.#loop(() =>
+        this.#loop('deferred', () =>
           claimDeferredRun(
             this.db,
             this.node,
@@ -351,7 +364,7 @@ export class Executor {
     this.#watch = undefined;
   }
 
-  async #loop(claim: () => Promise<RunRow | undefined>): Promise<void> {
+  async #loop(runClass: RunClass, claim: () => Promise<RunRow | undefined>): Promise<void> {
     let failures = 0;
     while (this.#claiming) {
       let run: RunRow | undefined;
@@ -380,7 +393,7 @@ export class Executor {
         };
         const timer = setTimeout(wake, pause);
         // A notify wakes a healthy loop at once; a failing one keeps its backoff.
-        if (failures === 0) this.#idle.add(wake);
+        if (failures === 0) this.#idle.set(wake, runClass);
         else this.#backingOff.add(wake);
       });
     }
