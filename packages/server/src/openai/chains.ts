@@ -4,7 +4,7 @@ import { isFinal } from '../runs/lifecycle.js';
 import { full, getRun, type RunRow } from '../runs/store.js';
 import type { Principal } from '../store/tokens.js';
 import { newThreadMessages } from '../threads/store.js';
-import { randomBytes } from 'node:crypto';
+import { randomId } from '../store/ids.js';
 
 /**
  * `previous_response_id` chains as threads. A response starts no thread of its own; the first
@@ -34,7 +34,7 @@ export async function threadOfChain(db: Database, who: Principal, previousId: st
       await tx.query<RunRow>(`SELECT ${full} FROM agent_runs WHERE id = $1::text FOR UPDATE`, [previous.id])
     ).rows[0]!;
     if (row.thread_id !== null) return row.thread_id;
-    const id = `thr_${randomBytes(12).toString('hex')}`;
+    const id = randomId('thr_', 12);
     await tx.query(
       `INSERT INTO threads (id, tenant, project, user_id, metadata) VALUES ($1::text, $2::text, $3::text, $4::text, '{}'::jsonb)`,
       [id, row.tenant, row.project, row.user_id],

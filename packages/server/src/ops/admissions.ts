@@ -52,6 +52,9 @@ export interface AdmissionHooks {
   refused(tenant: string, refusal: Refusal): void;
 }
 
+/** A refusal as kept, its time not yet formatted. */
+type Kept = Omit<RecentRefusal, 'at'> & { readonly at: Date };
+
 /** Tenants whose own last refusals are kept; the least recently refused is dropped past it. */
 const MAX_TENANTS = 1_000;
 
@@ -63,8 +66,8 @@ const MAX_TENANTS = 1_000;
  */
 export class AdmissionLog implements AdmissionHooks {
   readonly #size: number;
-  readonly #recent: RecentRefusal[] = [];
-  readonly #byTenant = new Map<string, RecentRefusal[]>();
+  readonly #recent: Kept[] = [];
+  readonly #byTenant = new Map<string, Kept[]>();
   readonly #listeners = new Set<(runClass: string, outcome: AdmissionOutcome) => void>();
   readonly #now: () => Date;
 
@@ -86,8 +89,9 @@ export class AdmissionLog implements AdmissionHooks {
   refused(tenant: string, refusal: Refusal): void {
     const outcome = outcomeOf(refusal);
     const runClass = refusal.kind === 'thread' ? 'unknown' : refusal.class;
-    const entry: RecentRefusal = {
-      at: this.#now().toISOString(),
+    // The time is kept as a Date and shown when read: a refusal storm formats no dates.
+    const entry: Kept = {
+      at: this.#now(),
       tenant,
       class: runClass,
       outcome,
@@ -120,10 +124,10 @@ export class AdmissionLog implements AdmissionHooks {
   /** The last refusals, newest first: of all tenants, or of `tenant` alone. */
   recent(tenant?: string): RecentRefusal[] {
     const list = tenant === undefined ? this.#recent : (this.#byTenant.get(tenant) ?? []);
-    return [...list].reverse();
+    return list.map((entry) => ({ ...entry, at: entry.at.toISOString() })).reverse();
   }
 
-  #keep(list: RecentRefusal[], entry: RecentRefusal): void {
+  #keep(list: Kept[], entry: Kept): void {
     list.push(entry);
     if (list.length > this.#size) list.splice(0, list.length - this.#size);
   }

@@ -5,7 +5,9 @@ import type { RunClass } from './lifecycle.js';
 import type { TenantLimits } from './policy.js';
 import { DepartureHistory, type CountedSet } from './retry-after.js';
 import {
+  admitDecided,
   insertRuns,
+  type HighestCounts,
   readCounters,
   reconcileCounters,
   type AdmissionCounters,
@@ -297,6 +299,10 @@ async function decideBatch(
   // that drifted up must not refuse the tenant from plain reads for ever.
   const reconcileDue =
     line.reconciledAt === undefined || clock.now() - line.reconciledAt >= RECONCILE_EVERY_MS;
+  if (!reconcileDue && batch.every(decidedByCounts)) {
+    const fast = await admitFromRead(db, tenant, line, batch, seen, ['', ...projects]);
+    if (fast) return fast;
+  }
   if (!reconcileDue)
     batch.forEach((item, i) => {
       if (item.limits.runQuota || item.limits.spend) return;
@@ -344,6 +350,68 @@ async function decideBatch(
     }
     return outcomes as Admission[];
   });
+}
+
+/** A run whose admission the counters alone decide: no quota, spend, thread or extra write. */
+const decidedByCounts = (item: Pending) =>
+  !item.limits.runQuota &&
+  !item.limits.spend &&
+  !item.withRun &&
+  !(item.run.mode === 'inline' && item.run.threadId !== undefined);
+
+/**
+ * The whole batch decided from the plain read and written by one statement that holds the
+ * tenant's lock only to check that no count rose since the read (see admitDecided). Undefined
+ * when one did: the batch is then decided again under the lock.
+ */
+async function admitFromRead(
+  db: Database,
+  tenant: string,
+  line: Line,
+  batch: Pending[],
+  seen: Map<string, AdmissionCounters>,
+  projects: string[],
+): Promise<Admission[] | undefined> {
+  // Decided as under the lock (see decideBatch), from the counts the plain read saw.
+  const tally = new Tally(seen);
+  const outcomes: (Admission | undefined)[] = batch.map((item) => {
+    const over = tally.over(item);
+    if (over) return { ok: false, refusal: withEstimate(line, over) };
+    tally.add(item);
+    return undefined;
+  });
+  const admitted = batch.filter((_, i) => outcomes[i] === undefined);
+  if (admitted.length === 0) return outcomes as Admission[];
+  const highest = highestCounts(admitted, projects);
+  const rows = await admitDecided(db, tenant, highest, admitted);
+  if (!rows) return undefined;
+  let next = 0;
+  return outcomes.map((outcome) => outcome ?? { ok: true, run: rows[next++]! });
+}
+
+/**
+ * For each counter row, the most each count may be for every admitted run to fit: a run that
+ * was the k-th of the batch to enter a set with cap c fits while the count is at most c - k.
+ */
+function highestCounts(admitted: Pending[], projects: string[]): HighestCounts[] {
+  const highest = new Map<string, Record<CountedSet, number | null>>(
+    projects.map((project) => [project, { active: null, scheduled: null, deferred: null }]),
+  );
+  const entered = new Map<string, number>();
+  const fit = (project: string, set: CountedSet, cap: number) => {
+    const key = `${set}:${project}`;
+    const k = (entered.get(key) ?? 0) + 1;
+    entered.set(key, k);
+    if (cap <= 0) return;
+    const row = highest.get(project)!;
+    row[set] = Math.min(row[set] ?? Infinity, cap - k);
+  };
+  for (const item of admitted) {
+    const { set, cap } = setOf(item.run, item.limits);
+    fit('', set, cap);
+    fit(item.who.project, set, set === 'active' ? item.limits.activePerProject : 0);
+  }
+  return [...highest].map(([project, row]) => ({ project, ...row }));
 }
 
 /** Quota, spend, caps and the held run's thread, in that order, for one run of the batch. */

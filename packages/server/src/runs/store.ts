@@ -1,8 +1,8 @@
-import { randomBytes } from 'node:crypto';
 import type { Database, SqlClient } from '@sluice/postgres/database';
 import type { Principal } from '../store/tokens.js';
 import { toJsonb } from './json.js';
 import type { FailureType, FinalStatus, RunClass, RunStatus } from './lifecycle.js';
+import { randomId } from '../store/ids.js';
 
 /**
  * Every SQL statement of the run store. Times are read in the database's clock
@@ -107,65 +107,86 @@ export interface NewRun {
   apiRequest?: Record<string, unknown>;
 }
 
-export const newRunId = () => `run_${randomBytes(12).toString('hex')}`;
+export const newRunId = () => randomId('run_', 12);
 
 /** Inserts an admitted run (inside the admission transaction). */
 export async function insertRun(tx: SqlClient, who: Principal, run: NewRun): Promise<RunRow> {
   return (await insertRuns(tx, [{ who, run }]))[0]!;
 }
 
-/** Columns of one run's VALUES row, in the order of `insertRuns`' column list. */
-const RUN_VALUES = 17;
+/** A run as `sluice_insert_runs` takes it (sql/016_admission_fast_path.sql): absent keys are NULL. */
+function runDocument(who: Principal, run: NewRun): Record<string, unknown> {
+  const scheduled = run.schedule !== undefined;
+  return {
+    id: run.id,
+    tenant: who.tenant,
+    project: who.project,
+    user_id: who.user,
+    agent: run.agent,
+    class: run.class,
+    mode: run.mode,
+    status: scheduled ? 'scheduled' : run.mode === 'inline' ? 'running' : 'queued',
+    input: run.input,
+    metadata: run.metadata,
+    worker: run.worker,
+    at_ms: run.schedule && 'atMs' in run.schedule ? run.schedule.atMs : undefined,
+    delay_ms: run.schedule && 'delayMs' in run.schedule ? run.schedule.delayMs : undefined,
+    callback_url: run.callbackUrl,
+    thread_id: run.threadId,
+    config: run.config,
+    api_request: run.apiRequest,
+  };
+}
+
+/** The batch as one jsonb parameter; the runs given an id if they have none. */
+function runDocuments(runs: { who: Principal; run: NewRun }[]): { ids: string[]; json: string } {
+  const ids = runs.map(({ run }) => run.id ?? newRunId());
+  const docs = runs.map(({ who, run }, i) => runDocument(who, { ...run, id: ids[i] }));
+  return { ids, json: toJsonb(docs)! };
+}
+
+const inOrder = (ids: string[], rows: RunRow[]) => {
+  const byId = new Map(rows.map((row) => [row.id, row]));
+  return ids.map((id) => byId.get(id)!);
+};
 
 /**
  * Inserts admitted runs in one statement (one admission batch: one round trip and one commit
  * for all of them). Rows come back in the order given.
  */
 export async function insertRuns(tx: SqlClient, runs: { who: Principal; run: NewRun }[]): Promise<RunRow[]> {
-  const params: unknown[] = [];
-  const values: string[] = [];
-  const ids = runs.map(({ run }) => run.id ?? newRunId());
-  runs.forEach(({ who, run }, i) => {
-    const scheduled = run.schedule !== undefined;
-    const $ = (n: number) => `$${i * RUN_VALUES + n}`;
-    params.push(
-      ids[i],
-      who.tenant,
-      who.project,
-      who.user,
-      run.agent,
-      run.class,
-      run.mode,
-      scheduled ? 'scheduled' : run.mode === 'inline' ? 'running' : 'queued',
-      toJsonb(run.input),
-      toJsonb(run.metadata),
-      run.worker,
-      run.schedule && 'atMs' in run.schedule ? run.schedule.atMs : null,
-      run.schedule && 'delayMs' in run.schedule ? run.schedule.delayMs : null,
-      run.callbackUrl ?? null,
-      run.threadId ?? null,
-      toJsonb(run.config),
-      toJsonb(run.apiRequest),
-    );
-    values.push(
-      `(${$(1)}::text, ${$(2)}::text, ${$(3)}::text, ${$(4)}::text, ${$(5)}::text, ${$(6)}::text, ${$(7)}::text,
-        ${$(8)}::text, ${$(9)}::jsonb, ${$(10)}::jsonb,
-        CASE WHEN ${$(7)}::text = 'inline' THEN clock_timestamp() END, CASE WHEN ${$(7)}::text = 'inline' THEN ${$(11)}::text END,
-        CASE WHEN ${$(12)}::float8 IS NOT NULL THEN greatest(to_timestamp(${$(12)}::float8 / 1000), clock_timestamp())
-             WHEN ${$(13)}::float8 IS NOT NULL THEN clock_timestamp() + ${$(13)}::float8 * interval '1 millisecond' END,
-        ${$(14)}::text, ${$(15)}::text, ${$(16)}::jsonb, ${$(17)}::jsonb)`,
-    );
-  });
-  // A time in the past is due now (greatest(..., now)): it never counts as having waited since then.
-  const inserted = await tx.query<RunRow>(
-    `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, metadata, started_at,
-       worker, scheduled_for, callback_url, thread_id, config, api_request)
-     VALUES ${values.join(',\n')}
-     RETURNING ${full}`,
-    params,
+  const { ids, json } = runDocuments(runs);
+  const inserted = await tx.query<RunRow>(`SELECT ${full} FROM sluice_insert_runs($1::jsonb) AS agent_runs`, [
+    json,
+  ]);
+  return inOrder(ids, inserted.rows);
+}
+
+/** The most a counter row's counts may be for a batch to fit; null: that count has no cap. */
+export interface HighestCounts {
+  project: string;
+  active: number | null;
+  scheduled: number | null;
+  deferred: number | null;
+}
+
+/**
+ * Inserts a batch decided from a plain read, in one statement that takes the tenant's admission
+ * lock and commits on its own, unless a count has risen past what the batch allows: then
+ * nothing is written and the result is undefined (the caller decides again under the lock).
+ */
+export async function admitDecided(
+  db: SqlClient,
+  tenant: string,
+  highest: HighestCounts[],
+  runs: { who: Principal; run: NewRun }[],
+): Promise<RunRow[] | undefined> {
+  const { ids, json } = runDocuments(runs);
+  const inserted = await db.query<RunRow>(
+    `SELECT ${full} FROM sluice_admit_runs($1::text, $2::jsonb, $3::jsonb) AS agent_runs`,
+    [tenant, JSON.stringify(highest), json],
   );
-  const byId = new Map(inserted.rows.map((row) => [row.id, row]));
-  return ids.map((id) => byId.get(id)!);
+  return inserted.rows.length === 0 ? undefined : inOrder(ids, inserted.rows);
 }
 
 /** A tenant's admission counters (see sql/015_admission_counters.sql); project '' is the whole tenant. */

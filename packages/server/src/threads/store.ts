@@ -1,7 +1,7 @@
-import { randomBytes } from 'node:crypto';
 import type { Database, SqlClient } from '@sluice/postgres/database';
 import { toJsonb } from '../runs/json.js';
 import type { Principal } from '../store/tokens.js';
+import { randomId } from '../store/ids.js';
 
 /**
  * Every SQL statement about threads. A thread's lock is a lease on its row: `active_run_id`
@@ -64,7 +64,7 @@ export function toApiThread(thread: ThreadRow) {
 }
 
 export async function createThread(db: Database, who: Principal, metadata: unknown): Promise<ThreadRow> {
-  const id = `thr_${randomBytes(12).toString('hex')}`;
+  const id = randomId('thr_', 12);
   return (
     await db.query<ThreadRow>(
       `WITH t AS (INSERT INTO threads (id, tenant, project, user_id, metadata)

@@ -10,7 +10,14 @@ import { admitRun, RECONCILE_EVERY_MS, type Admission } from '../../src/runs/adm
 import { claimDefaultRun } from '../../src/runs/claims.js';
 import type { TenantLimits } from '../../src/runs/policy.js';
 import { expireRuns, promoteDueRuns } from '../../src/runs/scheduler.js';
-import { cancelNotStarted, finishRun, insertRuns, type NewRun } from '../../src/runs/store.js';
+import {
+  admitDecided,
+  cancelNotStarted,
+  finishRun,
+  insertRuns,
+  newRunId,
+  type NewRun,
+} from '../../src/runs/store.js';
 import type { Principal } from '../../src/store/tokens.js';
 import { afterThisTest, freshDatabase, postgres, until } from '../helpers.js';
 
@@ -209,6 +216,37 @@ describe.runIf(postgres)('admission counters on PostgreSQL', () => {
     for (const r of results) {
       if (!r.ok) expect(r.refusal).toMatchObject({ kind: 'concurrency', limit: 'max_active_runs' });
     }
+  }, 60_000);
+
+  it('a batch decided from a plain read is written only while the counts leave it room; a stale decision writes nothing', async () => {
+    const db = await openDb(await freshDatabase());
+    const t = 'decided';
+    await insertRuns(db, [{ who: who(t), run: run() }]);
+    // Cap 3 with one run: a batch of two fits while the count is at most 1.
+    const highest = [
+      { project: '', active: 1, scheduled: null, deferred: null },
+      { project: 'p', active: null, scheduled: null, deferred: null },
+    ];
+    const ids = [newRunId(), newRunId()];
+    const rows = await admitDecided(
+      db,
+      t,
+      highest,
+      ids.map((id, i) => ({ who: who(t), run: run({ id, metadata: i === 0 ? null : undefined }) })),
+    );
+    expect(rows?.map((r) => r.id)).toEqual(ids);
+    // In the order given, a JSON null kept as one and a missing value as SQL NULL, as the INSERT did.
+    const stored = await db.query<{ id: string; meta: string | null }>(
+      `SELECT id, metadata::text AS meta FROM agent_runs WHERE id = ANY($1::text[]) ORDER BY seq`,
+      [ids],
+    );
+    expect(stored.rows).toEqual([
+      { id: ids[0], meta: 'null' },
+      { id: ids[1], meta: null },
+    ]);
+    // The same decision again is stale (the count is 3 now): nothing is written.
+    expect(await admitDecided(db, t, highest, [{ who: who(t), run: run() }])).toBeUndefined();
+    expect((await expectExact(db, t))[0]).toMatchObject({ project: '', default_active: 3 });
   }, 60_000);
 
   it('a counter that drifted is set right within RECONCILE_EVERY_MS, even while plain reads say the cap is full', async () => {
