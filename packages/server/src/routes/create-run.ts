@@ -12,7 +12,7 @@ import { streamRun } from './stream-run.js';
 import {
   admitHeld,
   admitQueued,
-  clientGone,
+  lazyClientGone,
   newRunOf,
   takePlace,
   waitForHeld,
@@ -110,7 +110,7 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
         threadId: body.thread_id,
         config: body.config,
       });
-      const gone = clientGone(reply);
+      const gone = lazyClientGone(reply);
       if (!held) {
         if (newRun.threadId !== undefined) {
           await clearPausedThread(ctx, {
@@ -125,7 +125,7 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
         // A caller that waits on a queued run is held too: it takes one of the user's places.
         const release = await takePlace(ctx, who, runClass);
         const { run: current, draining } = await admitQueued(ctx, who, newRun)
-          .then((run) => waitForQueued(ctx, run, gone))
+          .then((run) => waitForQueued(ctx, run, gone()))
           .finally(release);
         if (draining)
           throw new HttpError(503, 'server_draining', 'This server is shutting down; the run goes on', {
@@ -139,8 +139,9 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
       // cancels it now, and one that leaves later when it does.
       const cancelOnLeave = () => {
         if (body.on_disconnect !== 'cancel') return;
-        if (gone.aborted) executor.stop(run.id, 'cancel');
-        else gone.addEventListener('abort', () => executor.stop(run.id, 'cancel'), { once: true });
+        const signal = gone();
+        if (signal.aborted) executor.stop(run.id, 'cancel');
+        else signal.addEventListener('abort', () => executor.stop(run.id, 'cancel'), { once: true });
       };
       if (body.stream) {
         const streaming = streamRun(reply, executor, run, { keepAliveMs: settings.streamKeepAliveMs, db });

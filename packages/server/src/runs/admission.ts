@@ -144,6 +144,9 @@ function askTurn(db: Database, tenant: string, line: Line, lockWaitMs: number, c
   let started = false;
   inTurn(db, tenant, lockWaitMs, async () => {
     started = true;
+    // Requests whose bytes came in the same turn of the event loop join this batch: one read
+    // serves them all (refusals: 0.72 -> 0.79 of the bare route's requests/s, in one run each).
+    await new Promise((resolve) => setImmediate(resolve));
     line.turnAsked = false;
     const batch = line.queue.splice(0, MAX_BATCH);
     // More than a batch waits: the next turn is asked for now, and comes when a lane is free.
