@@ -35,6 +35,7 @@ import { getRun, toApiRun } from './runs/store.js';
 import { RunWaiters } from './runs/waiters.js';
 import type { ServerSettings } from './settings.js';
 import type { Store } from './store/store.js';
+import { onRequestCheck } from './http/hooks.js';
 
 export interface ServerApp {
   readonly fastify: FastifyInstance;
@@ -140,16 +141,19 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   // request must be known as one, so the plugin ends its socket after whatever answer it gets.
   const sessions = new Set<WsSession>();
   await installWebsocket(fastify, sessions);
-  fastify.addHook('onRequest', checkUpgrade);
+  fastify.addHook('onRequest', onRequestCheck(checkUpgrade));
   installProtocolHandling(fastify);
 
   installJsonBody(fastify);
 
   let isDraining = false;
   // Registered before any route plugin, so every route inherits it, whatever its path spelling.
-  fastify.addHook('onRequest', async (request) => {
-    if (isDraining && request.routeOptions.url !== '/readyz') throw draining();
-  });
+  fastify.addHook(
+    'onRequest',
+    onRequestCheck((request) => {
+      if (isDraining && request.routeOptions.url !== '/readyz') throw draining();
+    }),
+  );
 
   await fastify.register(swagger, {
     openapi: {

@@ -9,6 +9,7 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyHttpOptions, FastifyInstance, FastifyReply } from 'fastify';
 import { HttpError, badRequest, frameworkError, notFound, shown } from './errors.js';
+import { onRequestCheck } from './hooks.js';
 
 /**
  * Requests that fail below the routes: bytes that are not HTTP, headers over Node's limit, an
@@ -92,8 +93,11 @@ export function installProtocolHandling(fastify: FastifyInstance): void {
     socket.resume();
     socket.end(rawResponse(notFound(`No route CONNECT ${shown(request.url, 200)}`)));
   });
-  fastify.addHook('onRequest', async (request) => {
-    if (request.raw.httpVersion === '1.1' && request.headers.host === undefined)
-      throw badRequest('An HTTP/1.1 request needs a Host header', { field: 'host' });
-  });
+  fastify.addHook(
+    'onRequest',
+    onRequestCheck((request) => {
+      if (request.raw.httpVersion === '1.1' && request.headers.host === undefined)
+        throw badRequest('An HTTP/1.1 request needs a Host header', { field: 'host' });
+    }),
+  );
 }

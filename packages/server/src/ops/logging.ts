@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { FastifyInstance, FastifyServerOptions } from 'fastify';
+import { onRequestCheck } from '../http/hooks.js';
 
 /**
  * The server's logs: pino JSON lines through Fastify's logger, each line of a request carrying
@@ -136,9 +137,12 @@ export function loggerOptions(level: string, extra: Record<string, unknown> = {}
 
 /** Echoes each request's id in the response, so a caller can quote it. */
 export function installRequestId(fastify: FastifyInstance): void {
-  fastify.addHook('onRequest', async (request, reply) => {
-    reply.header(requestIdHeader, request.id);
-  });
+  fastify.addHook(
+    'onRequest',
+    onRequestCheck((request, reply) => {
+      reply.header(requestIdHeader, request.id);
+    }),
+  );
 }
 
 /**

@@ -41,7 +41,7 @@ const WS_KEY = /^[+/0-9A-Za-z]{22}==$/;
  * take is refused here, in the API's error body, instead of by the handshake's plain-text 400
  * (which the plugin would send from any route). The plugin ends the socket after the answer.
  */
-export async function checkUpgrade(request: FastifyRequest): Promise<void> {
+export function checkUpgrade(request: FastifyRequest): void {
   if (!(request as FastifyRequest & { ws?: boolean }).ws) return;
   if (request.routeOptions.url !== WS_PATH) {
     throw badRequest(
