@@ -1,9 +1,9 @@
 -- Admission in one statement. A batch decided from a plain read of the counters (see
 -- runs/admission.ts) is written by one call, which takes the tenant's admission lock, checks
--- that the counts still leave room for every run of the batch, and inserts the batch. It commits
--- on its own: one round trip, where BEGIN, lock, read, insert and COMMIT took five. When a count
--- rose past what the batch allows, nothing is written and no row comes back; the caller then
--- decides again under the lock in a transaction.
+-- that the counts still leave room for every run of the batch, and inserts the batch (its first
+-- part, when it is too large for one statement): BEGIN, this, COMMIT, where BEGIN, lock, read,
+-- insert and COMMIT took five round trips. When a count rose past what the batch allows, nothing
+-- is written and no row comes back; the caller then decides again under the lock.
 
 -- The runs of a batch, from a JSON array of objects keyed by column (at_ms and delay_ms for the
 -- schedule). A key that is absent is NULL; a JSON null stays a JSON null. Rows are inserted, and

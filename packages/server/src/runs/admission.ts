@@ -171,9 +171,9 @@ async function admitBatch(db: Database, tenant: string, line: Line, batch: Pendi
     const outcomes = await decideBatch(db, tenant, line, batch, clock);
     batch.forEach((item, i) => item.resolve(outcomes[i]!));
   } catch (error) {
-    // A run the database refuses as data (classes 22 and 23) must not fail the runs batched with
-    // it: each is tried alone then, and only the bad one fails.
-    if (batch.length > 1 && /^2[23]/.test(String((error as { code?: unknown }).code))) {
+    // A run the database refuses as data (classes 22 and 23) or as too large (54) must not fail
+    // the runs batched with it: each is tried alone then, and only the bad one fails.
+    if (batch.length > 1 && /^(2[23]|54)/.test(String((error as { code?: unknown }).code))) {
       for (const item of batch) await admitBatch(db, tenant, line, [item], clock).catch(() => undefined);
       return;
     }

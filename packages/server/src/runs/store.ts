@@ -138,11 +138,34 @@ function runDocument(who: Principal, run: NewRun): Record<string, unknown> {
   };
 }
 
-/** The batch as one jsonb parameter; the runs given an id if they have none. */
-function runDocuments(runs: { who: Principal; run: NewRun }[]): { ids: string[]; json: string } {
+/**
+ * The most JSON text one statement carries. A batch of large runs (each within the request
+ * limits) would otherwise pass V8's longest string or PostgreSQL's jsonb size limit, and fail
+ * every run batched with them; past this size a batch is written by several statements.
+ */
+export const MAX_STATEMENT_JSON_CHARS = 32 * 2 ** 20;
+
+/**
+ * The batch as jsonb arrays of at most MAX_STATEMENT_JSON_CHARS each (one run larger than that
+ * goes alone); the runs given an id if they have none.
+ */
+function runDocuments(runs: { who: Principal; run: NewRun }[]): { ids: string[]; chunks: string[] } {
   const ids = runs.map(({ run }) => run.id ?? newRunId());
-  const docs = runs.map(({ who, run }, i) => runDocument(who, { ...run, id: ids[i] }));
-  return { ids, json: toJsonb(docs)! };
+  const chunks: string[] = [];
+  let current: string[] = [];
+  let size = 0;
+  runs.forEach(({ who, run }, i) => {
+    const json = toJsonb(runDocument(who, { ...run, id: ids[i] }))!;
+    if (current.length > 0 && size + json.length > MAX_STATEMENT_JSON_CHARS) {
+      chunks.push(`[${current.join(',')}]`);
+      current = [];
+      size = 0;
+    }
+    current.push(json);
+    size += json.length + 1;
+  });
+  if (current.length > 0) chunks.push(`[${current.join(',')}]`);
+  return { ids, chunks };
 }
 
 const inOrder = (ids: string[], rows: RunRow[]) => {
@@ -150,16 +173,25 @@ const inOrder = (ids: string[], rows: RunRow[]) => {
   return ids.map((id) => byId.get(id)!);
 };
 
+async function insertChunks(tx: SqlClient, chunks: string[]): Promise<RunRow[]> {
+  const rows: RunRow[] = [];
+  for (const chunk of chunks) {
+    const inserted = await tx.query<RunRow>(
+      `SELECT ${full} FROM sluice_insert_runs($1::jsonb) AS agent_runs`,
+      [chunk],
+    );
+    rows.push(...inserted.rows);
+  }
+  return rows;
+}
+
 /**
- * Inserts admitted runs in one statement (one admission batch: one round trip and one commit
- * for all of them). Rows come back in the order given.
+ * Inserts admitted runs (one admission batch: one round trip for all of them, unless they are
+ * large). Rows come back in the order given.
  */
 export async function insertRuns(tx: SqlClient, runs: { who: Principal; run: NewRun }[]): Promise<RunRow[]> {
-  const { ids, json } = runDocuments(runs);
-  const inserted = await tx.query<RunRow>(`SELECT ${full} FROM sluice_insert_runs($1::jsonb) AS agent_runs`, [
-    json,
-  ]);
-  return inOrder(ids, inserted.rows);
+  const { ids, chunks } = runDocuments(runs);
+  return inOrder(ids, await insertChunks(tx, chunks));
 }
 
 /** The most a counter row's counts may be for a batch to fit; null: that count has no cap. */
@@ -171,22 +203,29 @@ export interface HighestCounts {
 }
 
 /**
- * Inserts a batch decided from a plain read, in one statement that takes the tenant's admission
- * lock and commits on its own, unless a count has risen past what the batch allows: then
- * nothing is written and the result is undefined (the caller decides again under the lock).
+ * Inserts a batch decided from a plain read, unless a count has risen past what the batch
+ * allows: then nothing is written and the result is undefined (the caller decides again under
+ * the lock). One statement takes the tenant's lock, checks and inserts; it runs inside a
+ * transaction (BEGIN, it, COMMIT) and not on its own: a statement sent alone commits on the
+ * server even when the connection drops while it waits for the lock, and its caller, told it
+ * failed, would try again and make the run twice. READ COMMITTED is stated by the transaction
+ * too: the check must read what committed while the statement waited for the lock.
  */
 export async function admitDecided(
-  db: SqlClient,
+  db: Database,
   tenant: string,
   highest: HighestCounts[],
   runs: { who: Principal; run: NewRun }[],
 ): Promise<RunRow[] | undefined> {
-  const { ids, json } = runDocuments(runs);
-  const inserted = await db.query<RunRow>(
-    `SELECT ${full} FROM sluice_admit_runs($1::text, $2::jsonb, $3::jsonb) AS agent_runs`,
-    [tenant, JSON.stringify(highest), json],
-  );
-  return inserted.rows.length === 0 ? undefined : inOrder(ids, inserted.rows);
+  const { ids, chunks } = runDocuments(runs);
+  return db.transaction(async (tx) => {
+    const first = await tx.query<RunRow>(
+      `SELECT ${full} FROM sluice_admit_runs($1::text, $2::jsonb, $3::jsonb) AS agent_runs`,
+      [tenant, JSON.stringify(highest), chunks[0]],
+    );
+    if (first.rows.length === 0) return undefined;
+    return inOrder(ids, [...first.rows, ...(await insertChunks(tx, chunks.slice(1)))]);
+  });
 }
 
 /** A tenant's admission counters (see sql/015_admission_counters.sql); project '' is the whole tenant. */
