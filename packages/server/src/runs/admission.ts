@@ -38,26 +38,38 @@ export type Admission = { ok: true; run: RunRow } | { ok: false; refusal: Refusa
 /*
  * How admission stays exact and cheap. Figures: `npm run bench:server`, PostgreSQL 15, 32
  * clients, one tenant, requests/s as a fraction of a bare Fastify route's measured in the same
- * alternating rounds, on the 2-core box shared with other work (load average 21 to 34, so
- * each figure moves by about a third between runs):
+ * alternating rounds (the load generator shares the process, so its cost is on both sides).
  *
- *                                                          admitted   refused
- *   lock and count per request (before: BEGIN, advisory      0.16       0.38   (--quick)
- *   lock, count(*) of the tenant's runs, INSERT, COMMIT;     (0.13 and 0.37 on a quiet box)
- *   two admissions of a tenant at once per process)
- *   counter rows, MAX_BATCH = 1 (one admission per           0.17       0.56   (--quick)
- *   transaction), refusals from a plain read
- *   counter rows, batches of up to MAX_BATCH, refusals       0.44       0.56   (--quick)
- *   from a plain read (this code)                            0.37       0.51   (full run)
+ *   Earlier session, 2-core box shared with other work (load 21 to 34):  admitted   refused
+ *   lock and count per request (BEGIN, advisory lock, count(*) of the      0.16       0.38
+ *   tenant's runs, INSERT, COMMIT; 0.13 and 0.37 on a quiet box)
+ *   counter rows, one admission per transaction                            0.17       0.56
+ *   counter rows, batches per tenant, refusals from a plain read           0.37       0.51
  *
- * The cost was never the count: it was one commit (a WAL flush) per admission, made one after
- * another under the tenant's lock. So a process gathers the admissions of a tenant that arrive
- * while the previous batch is in the database, and admits them all in one transaction: one lock,
- * one read of the counters, one multi-row INSERT, one commit. The counters are kept by a trigger
- * in the same transaction as every change of a run's status, so under the tenant's admission lock
- * (which promotion also takes) they are the true counts, and the cap is exact across processes.
- * A request whose cap is already full in a plain read of the counters (no transaction, no lock)
- * is refused from that read: it was full at that moment, which is all a refusal claims.
+ *   This code's steps, one full run each on a quiet box (load about 2):
+ *   batches per tenant, but each caller waited for a turn of its own       0.17       0.71
+ *   (batches of 1.8 runs; 38 of the 48 ms a caller waited were spent
+ *   behind turns whose runs were long decided)
+ *   one turn asked for at a time, taking every run waiting                 0.45       0.68
+ *   + a batch the plain read decides is written by one statement           0.59       0.74
+ *   + the requests of one event-loop turn gather into a batch, no          0.60       0.85
+ *   AbortController or promise per request where none is needed, the      0.62       0.82
+ *   statement inside BEGIN/COMMIT (this code; three runs)                  0.55       0.83
+ *
+ * The cost was never the count: it was a round trip (and a commit) per admission, and on this
+ * machine's VM every round trip to the database costs the process about 100 µs in the system
+ * call that wakes PostgreSQL. So a process gathers a tenant's admissions into batches (see
+ * askTurn) and reads the counters once per batch, without a lock. A request whose cap is full
+ * in that read is refused from it: the read started after the request arrived and the cap was
+ * full at that moment, which is all a refusal claims. When the counts alone decide the whole
+ * batch, it is decided from the same read and written by `sluice_admit_runs`
+ * (sql/016_admission_fast_path.sql): BEGIN; one statement that takes the tenant's lock, checks
+ * that no count has risen past what the batch allows, and inserts; COMMIT. Otherwise (a quota,
+ * a spend limit, a held run's thread, a write beside the run, a count that rose, a reconcile
+ * due) the batch is decided under the lock in a transaction. The counters are kept by a trigger
+ * in the same transaction as every change of a run's status, so under the tenant's admission
+ * lock (which promotion also takes) they are the true counts, and the cap is exact across
+ * processes.
  */
 
 /** Admissions one transaction takes at most (one INSERT of this many rows). */
