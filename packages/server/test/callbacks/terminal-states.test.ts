@@ -96,6 +96,9 @@ beforeAll(async () => {
     });
     const url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
     await app.start();
+    // Only `main` claims queued runs: the others execute their own held runs, so which process
+    // takes the deferred holder is not left to a race (`leaving` would drain it as interrupted).
+    if (name !== 'main') await app.executor.stopWorkers();
     procs[name] = { app, store, url };
   }
   token = (await createToken(procs.main.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' }))
