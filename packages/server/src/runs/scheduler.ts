@@ -1,5 +1,5 @@
 import type { Database } from '@sluice/postgres/database';
-import { overCap } from './admission.js';
+import { overCap } from './admission-counts.js';
 import type { TenantLimits } from './policy.js';
 
 /** Rows one pass moves at most, so a pass is a short transaction whatever the backlog. */

@@ -1,14 +1,9 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { Database } from '@sluice/postgres/database';
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from 'sluice/concurrency';
-import { openStore } from '@sluice/server';
 import { failLostRuns, interruptRuns } from '../../src/node/nodes.js';
 import { admitRun, RECONCILE_EVERY_MS, type Admission } from '../../src/runs/admission.js';
 import { claimDefaultRun } from '../../src/runs/claims.js';
-import type { TenantLimits } from '../../src/runs/policy.js';
 import { expireRuns, promoteDueRuns } from '../../src/runs/scheduler.js';
 import {
   admitDecided,
@@ -18,42 +13,8 @@ import {
   newRunId,
   type NewRun,
 } from '../../src/runs/store.js';
-import type { Principal } from '../../src/store/tokens.js';
-import { afterThisTest, freshDatabase, postgres, until } from '../helpers.js';
-
-const limits = (over: Partial<TenantLimits> = {}): TenantLimits => ({
-  activePerTenant: 0,
-  activePerProject: 0,
-  deferredQueued: 0,
-  scheduled: 0,
-  ...over,
-});
-const who = (tenant: string, project = 'p'): Principal => ({
-  tokenId: 'tok',
-  tenant,
-  project,
-  user: 'u',
-  role: 'member',
-});
-const run = (over: Partial<NewRun> = {}): NewRun => ({
-  agent: 'echo',
-  class: 'default',
-  mode: 'queued',
-  input: 'x',
-  metadata: {},
-  worker: 'w1',
-  ...over,
-});
-
-async function openDb(databaseUrl: string): Promise<Database> {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-counters-'));
-  const store = await openStore({ databaseUrl, dataDir: dir });
-  afterThisTest(async () => {
-    await store.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-  return store.db;
-}
+import { freshDatabase, postgres, until } from '../helpers.js';
+import { limits, who, run, openDb } from './admission-fixtures.js';
 
 /** The tenant's counter rows beside the true counts of its runs: they must be equal. */
 async function expectExact(db: Database, tenant: string) {

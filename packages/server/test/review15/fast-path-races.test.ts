@@ -1,15 +1,9 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import pg from 'pg';
 import type { Database } from '@sluice/postgres/database';
 import { describe, expect, it } from 'vitest';
-import { openStore } from '@sluice/server';
 import { admitRun, type Admission } from '../../src/runs/admission.js';
-import type { TenantLimits } from '../../src/runs/policy.js';
-import type { NewRun } from '../../src/runs/store.js';
-import type { Principal } from '../../src/store/tokens.js';
 import { afterThisTest, freshDatabase, postgres, until } from '../helpers.js';
+import { limits, who, run, openDb } from '../limits/admission-fixtures.js';
 
 /*
  * Review of issue 15's fast path (sluice_admit_runs): two stores on one database stand for two
@@ -17,40 +11,6 @@ import { afterThisTest, freshDatabase, postgres, until } from '../helpers.js';
  * processes' batches reach the lock, so both decide from the same plain read, and the order in
  * which they get the lock is the only thing left to chance (and the checks hold either way).
  */
-
-const limits = (over: Partial<TenantLimits> = {}): TenantLimits => ({
-  activePerTenant: 0,
-  activePerProject: 0,
-  deferredQueued: 0,
-  scheduled: 0,
-  ...over,
-});
-const who = (tenant: string, project: string): Principal => ({
-  tokenId: 'tok',
-  tenant,
-  project,
-  user: 'u',
-  role: 'member',
-});
-const run = (over: Partial<NewRun> = {}): NewRun => ({
-  agent: 'echo',
-  class: 'default',
-  mode: 'queued',
-  input: 'x',
-  metadata: {},
-  worker: 'w1',
-  ...over,
-});
-
-async function openDb(databaseUrl: string): Promise<Database> {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-r15-'));
-  const store = await openStore({ databaseUrl, dataDir: dir });
-  afterThisTest(async () => {
-    await store.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-  return store.db;
-}
 
 /** A session of its own holding the tenant's admission lock until `release`. */
 async function holdTenantLock(databaseUrl: string, tenant: string) {

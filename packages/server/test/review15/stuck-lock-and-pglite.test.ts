@@ -5,39 +5,14 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { openStore } from '@sluice/server';
 import { admitRun, MAX_BATCH, type Admission } from '../../src/runs/admission.js';
-import type { TenantLimits } from '../../src/runs/policy.js';
-import type { NewRun } from '../../src/runs/store.js';
-import type { Principal } from '../../src/store/tokens.js';
 import { afterThisTest, freshDatabase, postgres, preparedDataDir } from '../helpers.js';
+import { limits, who, run } from '../limits/admission-fixtures.js';
 
 /*
  * Review of issue 15's turns: one turn is asked for per tenant and takes every queued run. A
  * stuck lock must still settle every caller (none left waiting for ever), and the line must
  * work again once the lock is free. And the fast path on embedded PGlite (one connection).
  */
-const limits = (over: Partial<TenantLimits> = {}): TenantLimits => ({
-  activePerTenant: 0,
-  activePerProject: 0,
-  deferredQueued: 0,
-  scheduled: 0,
-  ...over,
-});
-const who = (tenant: string, project = 'p'): Principal => ({
-  tokenId: 'tok',
-  tenant,
-  project,
-  user: 'u',
-  role: 'member',
-});
-const run = (over: Partial<NewRun> = {}): NewRun => ({
-  agent: 'echo',
-  class: 'default',
-  mode: 'queued',
-  input: 'x',
-  metadata: {},
-  worker: 'w1',
-  ...over,
-});
 const settle = (p: Promise<Admission>) =>
   p.then(
     (a) => ({ ok: true as const, a }),
