@@ -82,7 +82,10 @@ export class RedisCacheStore implements CacheStore {
   /** The places this process holds, by key: renewed until released. */
   readonly #held = new Map<string, Set<string>>();
   #renewal: ReturnType<typeof setInterval> | undefined;
-  #renewing = false;
+  /** The renewal under way, if any: a second caller waits for it instead of sending another. */
+  #renewing: Promise<void> | undefined;
+  /** Releases sent and not yet answered: `renewNow` and `close` wait for them. */
+  readonly #releasing = new Set<Promise<unknown>>();
 
   private constructor(redis: Redis, leaseMs: number) {
     this.#redis = redis as Redis & Commands;
@@ -148,7 +151,9 @@ export class RedisCacheStore implements CacheStore {
         mine?.delete(member);
         if (mine?.size === 0) this.#held.delete(key);
         // Not awaited by the caller; should it fail, the lease runs out instead.
-        this.#redis.zrem(`place:${key}`, member).catch(() => undefined);
+        const sent = this.#redis.zrem(`place:${key}`, member).catch(() => 0);
+        this.#releasing.add(sent);
+        void sent.then(() => this.#releasing.delete(sent));
       },
     };
   }
@@ -157,19 +162,28 @@ export class RedisCacheStore implements CacheStore {
     return unavailableAs503(this.#redis.sluiceHeld(`place:${key}`));
   }
 
-  /** Renews the leases of every place this process holds (also done on a timer). */
+  /**
+   * Renews the leases of every place this process holds (also done on a timer). When it
+   * resolves, every release made before the call has reached Redis, so a count read on any
+   * connection afterwards no longer includes it.
+   */
   async renewNow(): Promise<void> {
-    if (this.#renewing) return;
-    this.#renewing = true;
+    const releases = [...this.#releasing];
+    while (this.#renewing) await this.#renewing;
+    const renewing = (this.#renewing = this.#renewAll());
     try {
-      await Promise.all(
-        [...this.#held].map(([key, members]) =>
-          this.#redis.sluiceRenew(`place:${key}`, this.leaseMs, ...members).catch(() => 0),
-        ),
-      );
+      await Promise.all([renewing, ...releases]);
     } finally {
-      this.#renewing = false;
+      if (this.#renewing === renewing) this.#renewing = undefined;
     }
+  }
+
+  async #renewAll(): Promise<void> {
+    await Promise.all(
+      [...this.#held].map(([key, members]) =>
+        this.#redis.sluiceRenew(`place:${key}`, this.leaseMs, ...members).catch(() => 0),
+      ),
+    );
   }
 
   async hit(key: string, windowMs: number): Promise<WindowCount> {
@@ -194,9 +208,10 @@ export class RedisCacheStore implements CacheStore {
     clearInterval(this.#renewal);
     const held = [...this.#held];
     this.#held.clear();
-    await Promise.all(
-      held.map(([key, members]) => this.#redis.zrem(`place:${key}`, ...members).catch(() => 0)),
-    );
+    await Promise.all([
+      ...this.#releasing,
+      ...held.map(([key, members]) => this.#redis.zrem(`place:${key}`, ...members).catch(() => 0)),
+    ]);
     await this.#redis.quit().catch(() => this.#redis.disconnect());
   }
 }
