@@ -147,19 +147,29 @@ export function fromPgPool(pool: PgPoolLike): Database {
       ) as unknown as PgClientLike;
       let closed = false;
       let lost = false;
+      // onLost is for a session that was open: a connect or LISTEN that fails rejects instead,
+      // so its caller hears of each failed attempt once (an 'error' and an 'end' come with it).
+      let open = false;
       const lose = (error: unknown) => {
         if (closed || lost) return;
         lost = true;
-        onLost(error);
         client.end().catch(() => undefined);
+        if (open) onLost(error);
       };
       client.on('error', lose);
       client.on('end', () => lose(new Error('LISTEN connection ended')));
       client.on('notification', (n) => {
         if (n.channel === channel && n.payload !== undefined) onNotify(n.payload);
       });
-      await client.connect();
-      await client.query(`LISTEN ${quoteIdent(channel)}`);
+      try {
+        await client.connect();
+        await client.query(`LISTEN ${quoteIdent(channel)}`);
+      } catch (error) {
+        lose(error);
+        throw error;
+      }
+      if (lost) throw new Error('LISTEN connection ended');
+      open = true;
       return {
         async close() {
           closed = true;

@@ -203,6 +203,8 @@ export async function freshDatabase(): Promise<string> {
  */
 export async function startDatabaseProxy(): Promise<{
   port: number;
+  /** Connections refused (closed at once) while cut. */
+  readonly refused: number;
   cut(): void;
   restore(): void;
   close(): Promise<void>;
@@ -213,8 +215,12 @@ export async function startDatabaseProxy(): Promise<{
     : { host: postgres.host ?? '127.0.0.1', port: postgres.port ?? 5432 };
   const sockets = new Set<net.Socket>();
   let down = false;
+  let refused = 0;
   const server = net.createServer((client) => {
-    if (down) return client.destroy();
+    if (down) {
+      refused++;
+      return client.destroy();
+    }
     const upstream = net.connect(target);
     sockets.add(client).add(upstream);
     const end = () => {
@@ -231,6 +237,9 @@ export async function startDatabaseProxy(): Promise<{
   const port = (server.address() as net.AddressInfo).port;
   const proxy = {
     port,
+    get refused() {
+      return refused;
+    },
     cut() {
       down = true;
       for (const s of sockets) s.destroy();

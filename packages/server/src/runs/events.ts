@@ -12,9 +12,10 @@ const channel = 'sluice_runs';
 /**
  * One LISTEN session per process on the `sluice_runs` channel: 'end:<id>' when a run reaches a
  * final state (a trigger sends it, whatever SQL made the move) and 'cancel:<id>' when a cancel
- * is asked of a running run, 'thread:<id>' when a thread is given back. A lost session (a restarted database) is opened again with
- * backoff; meanwhile the shared polls of the waiters and the executor keep everything correct,
- * only slower.
+ * is asked of a running run, 'thread:<id>' when a thread is given back.
+ * A lost session (a restarted database) is opened again with backoff, one attempt at a time;
+ * meanwhile the shared polls of the waiters and the executor keep everything correct, only
+ * slower.
  */
 export class RunEvents {
   readonly #db: Database;
@@ -25,6 +26,8 @@ export class RunEvents {
   #delayMs = 500;
   #stopped = false;
   #generation = 0;
+  /** Numbers the attempts to open a session: a loss is heard from the newest attempt only. */
+  #attempt = 0;
 
   constructor(db: Database, log: (message: string, error?: unknown) => void = () => undefined) {
     this.#db = db;
@@ -51,16 +54,22 @@ export class RunEvents {
 
   async start(): Promise<void> {
     if (!this.#db.listen || this.#stopped) return;
+    const attempt = ++this.#attempt;
     try {
-      this.#session = await this.#db.listen(
+      const session = await this.#db.listen(
         channel,
         (payload) => this.#dispatch(payload),
-        (error) => this.#lost(error),
+        (error) => this.#lost(attempt, error),
       );
+      if (this.#stopped || attempt !== this.#attempt) {
+        await session.close().catch(() => undefined);
+        return;
+      }
+      this.#session = session;
       this.#generation++;
       this.#delayMs = 500;
     } catch (error) {
-      this.#lost(error);
+      this.#lost(attempt, error);
     }
   }
 
@@ -72,11 +81,20 @@ export class RunEvents {
     for (const handler of this.#handlers) handler(event);
   }
 
-  #lost(error: unknown): void {
+  /**
+   * One retry per lost attempt, however many ways it reports the loss: a retry that scheduled
+   * another for each report doubled the sessions on every failed attempt, and a database
+   * restart then ended in hundreds of connections ("too many clients") from one process.
+   */
+  #lost(attempt: number, error: unknown): void {
+    if (attempt !== this.#attempt || this.#retry !== undefined) return;
     this.#session = undefined;
     if (this.#stopped) return;
     this.#log('run notifications lost; polling until they are back', error);
-    this.#retry = setTimeout(() => void this.start(), this.#delayMs);
+    this.#retry = setTimeout(() => {
+      this.#retry = undefined;
+      void this.start();
+    }, this.#delayMs);
     this.#retry.unref();
     this.#delayMs = Math.min(this.#delayMs * 2, 10_000);
   }
@@ -84,6 +102,7 @@ export class RunEvents {
   async stop(): Promise<void> {
     this.#stopped = true;
     clearTimeout(this.#retry);
+    this.#retry = undefined;
     const session = this.#session;
     this.#session = undefined;
     await session?.close().catch(() => undefined);

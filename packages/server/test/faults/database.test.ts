@@ -1,7 +1,9 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { createAgent } from 'sluice';
+import { toDatabase } from '@sluice/postgres/database';
 import { createToken, defineConfig, serve } from '@sluice/server';
+import { RunEvents } from '../../src/runs/events.js';
 import { startProviderStandIn } from '@sluice/testkit';
 import {
   afterThisTest,
@@ -132,6 +134,42 @@ describe.runIf(postgres)('database faults on PostgreSQL', () => {
     await until(async () => (await fetch(`${server.url}/readyz`)).status === 200, 'ready again');
     expect(await post()).toBe(202);
   }, 90_000);
+});
+
+describe.runIf(postgres)('the LISTEN session of run notifications', () => {
+  it('H2: while the database is away it is tried again one attempt at a time (each refusal heard once), and one session comes back', async () => {
+    const database = await freshDatabase();
+    const proxy = await startDatabaseProxy();
+    const pool = new pg.Pool({ connectionString: throughProxy(database, proxy.port) });
+    pool.on('error', () => undefined);
+    afterThisTest(() => pool.end());
+    const losses: unknown[] = [];
+    const events = new RunEvents(toDatabase(pool), (_message, error) => losses.push(error));
+    afterThisTest(() => events.stop());
+    await events.start();
+    expect(events.listening).toBe(true);
+
+    proxy.cut();
+    // The session's loss, then one report per refused attempt (retries 0.5, 1 and 2 s apart; the
+    // next is 4 s off). A retry per report doubled the attempts each time: a CI run that
+    // restarted PostgreSQL under a server ended with thousands of sockets and "too many clients".
+    await until(() => losses.length >= 4, 'three attempts refused');
+    expect(proxy.refused).toBe(3);
+    expect(events.listening).toBe(false);
+
+    proxy.restore();
+    await until(() => events.listening, 'listening again');
+    expect(events.generation).toBe(2);
+    const name = new URL(database.replace(/^postgresql:\/\/[^/]*\//, 'http://x/')).pathname.slice(1);
+    const admin = new pg.Client({ connectionString: database });
+    await admin.connect();
+    afterThisTest(() => admin.end());
+    const sessions = await admin.query(
+      `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND query LIKE 'LISTEN%'`,
+      [name],
+    );
+    expect(sessions.rows[0].n).toBe(1);
+  }, 60_000);
 });
 
 describe('text jsonb cannot hold', () => {
