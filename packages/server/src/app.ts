@@ -215,7 +215,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
 
   opsRoutes(fastify, { store, isDraining: () => isDraining });
   // Webhooks carry a signature, not a bearer token: outside the authenticated scope.
-  await fastify.register(webhookRoutes(ctx, now), { prefix: '/api/client/v1' });
+  await fastify.register(webhookRoutes(ctx, now, cache), { prefix: '/api/client/v1' });
   metricsRoutes(fastify, {
     principals,
     cache,

@@ -59,15 +59,22 @@ export function authenticate(principals: Principals, cache: CacheStore) {
 }
 
 /**
- * The answer to a failed authentication, counted against the client's address: 401 with
- * `message`, or 429 past the limit. Every route that checks a secret answers through it.
+ * The answer to a failed authentication, counted against the client's address: `refusal`, or
+ * 429 past the limit. Every route that checks a credential (a token, a webhook's signature)
+ * answers its failures through it, so guesses at any of them share one budget per address.
  */
-export function failedAuthentication(cache: CacheStore) {
-  return async (request: FastifyRequest, message: string): Promise<HttpError> => {
+export function countedRefusal(cache: CacheStore) {
+  return async (request: FastifyRequest, refusal: HttpError): Promise<HttpError> => {
     const after = await cache.hit(failedAuthKey(request.ip), failedAuthLimit.windowMs);
     if (after.count > failedAuthLimit.failures) return tooManyFailures(after.leftMs);
-    return unauthenticated(message);
+    return refusal;
   };
+}
+
+/** A failed bearer-token authentication: 401 with `message`, counted as `countedRefusal` does. */
+export function failedAuthentication(cache: CacheStore) {
+  const count = countedRefusal(cache);
+  return (request: FastifyRequest, message: string) => count(request, unauthenticated(message));
 }
 
 const rank: Record<Role, number> = { read: 0, member: 1, admin: 2 };

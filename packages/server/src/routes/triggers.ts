@@ -1,7 +1,8 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { generateSigningSecret } from '../callbacks/signing.js';
 import { agentFor } from '../config.js';
-import { requireRole } from '../http/auth.js';
+import type { CacheStore } from '../cache/store.js';
+import { countedRefusal, requireRole } from '../http/auth.js';
 import { HttpError, badRequest, notFound, shown } from '../http/errors.js';
 import { storableText } from '../http/schemas.js';
 import type { RunClass } from '../runs/lifecycle.js';
@@ -179,7 +180,11 @@ function bodyText(raw: Buffer): string {
  * `POST /triggers/:id/webhook`: no bearer token; the sender's signature over the raw body is the
  * credential. Registered in a plugin of its own, where every content type is read as bytes.
  */
-export function webhookRoutes(ctx: RouteContext, now: () => number) {
+export function webhookRoutes(ctx: RouteContext, now: () => number, cache: CacheStore) {
+  // A refusal counts against the sender's address with failed token authentications: past the
+  // limit it is 429, so guessing trigger ids or secrets is as slow as guessing tokens. A delivery
+  // that verifies is still let in, so a sender is not locked out by another's failures.
+  const refuse = countedRefusal(cache);
   return async (scope: FastifyInstance) => {
     scope.removeAllContentTypeParsers();
     scope.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
@@ -197,7 +202,7 @@ export function webhookRoutes(ctx: RouteContext, now: () => number) {
         },
         onRequest: async (request) => {
           const trigger = await findTrigger(ctx.db, (request.params as { id: string }).id);
-          if (!trigger) throw refused();
+          if (!trigger) throw await refuse(request, refused());
           found.set(request, trigger);
         },
       },
@@ -208,7 +213,7 @@ export function webhookRoutes(ctx: RouteContext, now: () => number) {
         const verified = verifyDelivery(trigger.secret, request.headers, raw, now());
         if (!verified.ok) {
           request.log.info({ trigger: trigger.id, reason: verified.reason }, 'webhook refused');
-          throw refused();
+          throw await refuse(request, refused());
         }
         const answer = async (runId: string) => {
           const run = await runOf(ctx, trigger, runId);

@@ -13,6 +13,7 @@ import {
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
 import { MemoryCacheStore } from '../../src/cache/memory.js';
 import { failedAuthKey, failedAuthLimit } from '../../src/http/auth.js';
+import { standardHeaders } from '../triggers/harness.js';
 import { lastUserText, preparedDataDir, standInModel, until, type Body } from '../helpers.js';
 
 /**
@@ -160,5 +161,49 @@ describe('the failed-authentication limiter', () => {
     expect(over.status).toBe(429);
     expect(over.body.error).toMatchObject({ type: 'agent_run_concurrency_limit', scope: 'user' });
     expect(await cache.isRevoked('tok_revoked_before_the_flood')).toBe(true);
+  });
+
+  it("a webhook's refusals (made-up trigger ids, bad signatures) count with token failures from the address; a signed delivery still gets in", async () => {
+    const t = server.fastify;
+    const created = await t.inject({
+      method: 'POST',
+      url: '/api/client/v1/triggers',
+      headers: { authorization: `Bearer ${admin}` },
+      payload: { name: 'limited', agent: 'echo', class: 'deferred' },
+    });
+    expect(created.statusCode, created.body).toBe(201);
+    const trigger = created.json<{ id: string; secret: string }>();
+    const hook = (id: string, headers: Record<string, string>, address = '192.0.2.40') =>
+      t.inject({
+        method: 'POST',
+        url: `/api/client/v1/triggers/${id}/webhook`,
+        remoteAddress: address,
+        headers: { 'content-type': 'application/json', ...headers },
+        payload: '{"n":1}',
+      });
+    const half = failedAuthLimit.failures / 2;
+    for (let i = 0; i < half; i++) {
+      const made = await hook(
+        `trg_${'0'.repeat(23)}${i}`,
+        standardHeaders(trigger.secret, `m${i}`, '{"n":1}'),
+      );
+      expect(made.statusCode, `made-up id ${i}`).toBe(401);
+      expect((await from(t, '192.0.2.40', { token: 'sk_wrong' })).status).toBe(401);
+    }
+    const wrong = await hook(trigger.id, {
+      ...standardHeaders(trigger.secret, 'm_bad', '{"n":1}'),
+      'webhook-signature': 'v1,AAAA',
+    });
+    expect(wrong.statusCode).toBe(429);
+    expect(wrong.json<Body>().error.type).toBe('too_many_failed_authentications');
+    expect(Number(wrong.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+    expect((await from(t, '192.0.2.40', { token: 'sk_wrong' })).status).toBe(429);
+    // A good signature is the credential: it is let in from that address all the same.
+    const good = await hook(trigger.id, standardHeaders(trigger.secret, 'm_good', '{"n":1}'));
+    expect(good.statusCode, good.body).toBe(202);
+    // Another address's bad signature is still an ordinary 401.
+    const elsewhere = await hook(trigger.id, { 'webhook-signature': 'v1,AAAA' }, '192.0.2.41');
+    expect(elsewhere.statusCode).toBe(401);
+    expect(elsewhere.json<Body>().error.type).toBe('webhook_signature_invalid');
   });
 });
