@@ -127,7 +127,12 @@ export class RedisCacheStore implements CacheStore {
       });
     }
     const store = new RedisCacheStore(redis, leaseMs);
-    store.#renewal = setInterval(() => void store.renewNow(), Math.max(25, Math.floor(leaseMs / 4)));
+    // The timer skips a tick while a renewal is still under way (Redis slow or away) rather than
+    // queueing one more behind it for every tick.
+    store.#renewal = setInterval(
+      () => void (store.#renewing ?? store.renewNow()),
+      Math.max(25, Math.floor(leaseMs / 4)),
+    );
     store.#renewal.unref();
     return store;
   }
@@ -170,12 +175,15 @@ export class RedisCacheStore implements CacheStore {
   async renewNow(): Promise<void> {
     const releases = [...this.#releasing];
     while (this.#renewing) await this.#renewing;
-    const renewing = (this.#renewing = this.#renewAll());
-    try {
-      await Promise.all([renewing, ...releases]);
-    } finally {
-      if (this.#renewing === renewing) this.#renewing = undefined;
-    }
+    // `#renewing` covers the releases too and is cleared before it resolves: a waiter woken by
+    // it must never find it still set (a settled promise awaited in a loop spins on microtasks,
+    // and the process then never reads the release's answer nor anything else again).
+    const renewing: Promise<void> = (this.#renewing = Promise.all([this.#renewAll(), ...releases])
+      .then(() => undefined)
+      .finally(() => {
+        if (this.#renewing === renewing) this.#renewing = undefined;
+      }));
+    await renewing;
   }
 
   async #renewAll(): Promise<void> {

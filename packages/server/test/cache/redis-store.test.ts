@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { createAgent } from 'sluice';
 import { defineConfig, serve, SettingsError, resolveSettings } from '@sluice/server';
@@ -86,6 +87,38 @@ describe.runIf(withRedis)('the Redis cache store against a real redis-server', (
     expect(await store.held(key)).toBe(1);
     await timerRenewal;
   });
+
+  it('two renewals at once just after the last place is released both resolve (no endless spin that starves the event loop)', async () => {
+    // In a child: a renewal that spins on microtasks never lets this process run again, so the
+    // test's own timeout could not fire. The timer does the same in production when Redis is slow
+    // to answer a release for longer than one renewal period (a stall, a FAILOVER pause): the
+    // process then stays at 100% CPU and answers nothing, even after Redis is back.
+    const url = await redisDatabase(7);
+    const script = `
+      import { RedisCacheStore } from './packages/server/src/cache/redis.ts';
+      const store = await RedisCacheStore.open({ url: ${JSON.stringify(url)} });
+      const place = await store.take('k', 0);
+      place.release();
+      await Promise.all([store.renewNow(), store.renewNow()]);
+      console.log('renewed');
+      await store.close();`;
+    const child = spawn(
+      process.execPath,
+      ['--conditions=@sluice/source', '--import', 'tsx', '--input-type=module', '-e', script],
+      { cwd: fileURLToPath(new URL('../../../../', import.meta.url)), stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    const exited = once(child, 'exit');
+    afterThisTest(async () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      await exited;
+    });
+    let out = '';
+    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    expect(await exited).toEqual([0, null]);
+    expect(out).toBe('renewed\n');
+    const client = await rawClient(url);
+    expect(await client.zcard('sluice:place:k')).toBe(0);
+  }, 20_000);
 
   it('closing a store gives back the places its process held', async () => {
     const url = await redisDatabase(3);
