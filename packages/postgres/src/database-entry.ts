@@ -3,5 +3,12 @@
  * the same `Database` over node-postgres or PGlite (the run server's store uses it).
  */
 export { toDatabase, fromPgPool, fromPGlite } from './database.js';
-export type { Database, DatabaseInput, SqlClient, QueryResult, ListenSession } from './database.js';
+export type {
+  Database,
+  DatabaseInput,
+  SqlClient,
+  QueryResult,
+  ListenSession,
+  ListenOptions,
+} from './database.js';
 export { statements as splitSqlStatements, quoteIdent } from './schema.js';

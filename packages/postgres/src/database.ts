@@ -21,6 +21,21 @@ export interface ListenSession {
   close(): Promise<void>;
 }
 
+/** How a LISTEN session checks that its connection still answers. */
+export interface ListenOptions {
+  /**
+   * How often the session asks the database for an answer; a connection dropped without a
+   * reset (an idle-timeout NAT, a partition) is noticed only this way.
+   * @default 30_000
+   */
+  checkEveryMs?: number;
+  /**
+   * How long that answer may take before the session counts as lost.
+   * @default 10_000
+   */
+  checkTimeoutMs?: number;
+}
+
 export interface TransactionOptions {
   synchronousCommit?: boolean;
 }
@@ -39,6 +54,7 @@ export interface Database extends SqlClient {
     channel: string,
     onNotify: (payload: string) => void,
     onLost: (error: unknown) => void,
+    options?: ListenOptions,
   ): Promise<ListenSession>;
 }
 
@@ -61,6 +77,8 @@ interface PgClientLike {
   end(): Promise<void>;
   on(event: 'notification', listener: (n: { channel: string; payload?: string }) => void): unknown;
   on(event: 'error' | 'end', listener: (error?: unknown) => void): unknown;
+  /** node-postgres's connection; its socket is destroyed when it stops answering. */
+  connection?: { stream?: { destroy(): void } };
 }
 interface PGliteLike {
   query<R>(text: string, params?: unknown[]): Promise<{ rows: R[] }>;
@@ -139,7 +157,7 @@ export function fromPgPool(pool: PgPoolLike): Database {
         client.release(broken);
       }
     },
-    async listen(channel, onNotify, onLost) {
+    async listen(channel, onNotify, onLost, options = {}) {
       // LISTEN needs a session of its own, outside the pool (and outside any transaction pooler).
       const pg = (await import('pg')).default;
       const client = new pg.Client(
@@ -150,9 +168,11 @@ export function fromPgPool(pool: PgPoolLike): Database {
       // onLost is for a session that was open: a connect or LISTEN that fails rejects instead,
       // so its caller hears of each failed attempt once (an 'error' and an 'end' come with it).
       let open = false;
+      let check: ReturnType<typeof setInterval> | undefined = undefined;
       const lose = (error: unknown) => {
         if (closed || lost) return;
         lost = true;
+        clearInterval(check);
         client.end().catch(() => undefined);
         if (open) onLost(error);
       };
@@ -170,9 +190,32 @@ export function fromPgPool(pool: PgPoolLike): Database {
       }
       if (lost) throw new Error('LISTEN connection ended');
       open = true;
+      // A connection cut without a reset looks idle forever: ask for an answer now and then,
+      // and count the session lost when none comes in time.
+      const timeoutMs = options.checkTimeoutMs ?? 10_000;
+      let checking = false;
+      check = setInterval(() => {
+        if (checking) return;
+        checking = true;
+        const late = setTimeout(() => {
+          lose(new Error(`LISTEN connection did not answer within ${timeoutMs} ms`));
+          // A polite end waits for a peer that is not there: the socket would stay open.
+          client.connection?.stream?.destroy();
+        }, timeoutMs);
+        late.unref();
+        client
+          .query('SELECT 1')
+          .catch(lose)
+          .finally(() => {
+            clearTimeout(late);
+            checking = false;
+          });
+      }, options.checkEveryMs ?? 30_000);
+      check.unref();
       return {
         async close() {
           closed = true;
+          clearInterval(check);
           await client.end().catch(() => undefined);
         },
       };

@@ -199,7 +199,9 @@ export async function freshDatabase(): Promise<string> {
 /**
  * A TCP proxy on 127.0.0.1 in front of this run's PostgreSQL: `cut()` ends every connection
  * through it and refuses new ones (what a database restart looks like from the server),
- * `restore()` lets connections through again.
+ * `restore()` lets connections through again. `stall()` stops forwarding on the connections
+ * open now without closing them (a NAT that forgot them, a partition with no reset); new
+ * connections still go through.
  */
 export async function startDatabaseProxy(): Promise<{
   port: number;
@@ -207,6 +209,7 @@ export async function startDatabaseProxy(): Promise<{
   readonly refused: number;
   cut(): void;
   restore(): void;
+  stall(): void;
   close(): Promise<void>;
 }> {
   if (!postgres) throw new Error('PostgreSQL is not available');
@@ -214,6 +217,7 @@ export async function startDatabaseProxy(): Promise<{
     ? { path: join(postgres.host, `.s.PGSQL.${postgres.port ?? 5432}`) }
     : { host: postgres.host ?? '127.0.0.1', port: postgres.port ?? 5432 };
   const sockets = new Set<net.Socket>();
+  const pairs = new Set<[net.Socket, net.Socket]>();
   let down = false;
   let refused = 0;
   const server = net.createServer((client) => {
@@ -223,11 +227,14 @@ export async function startDatabaseProxy(): Promise<{
     }
     const upstream = net.connect(target);
     sockets.add(client).add(upstream);
+    const pair: [net.Socket, net.Socket] = [client, upstream];
+    pairs.add(pair);
     const end = () => {
       client.destroy();
       upstream.destroy();
       sockets.delete(client);
       sockets.delete(upstream);
+      pairs.delete(pair);
     };
     client.on('error', end).on('close', end);
     upstream.on('error', end).on('close', end);
@@ -247,6 +254,14 @@ export async function startDatabaseProxy(): Promise<{
     },
     restore() {
       down = false;
+    },
+    stall() {
+      for (const [client, upstream] of pairs) {
+        client.unpipe(upstream);
+        upstream.unpipe(client);
+        client.pause();
+        upstream.pause();
+      }
     },
     close: () =>
       new Promise<void>((resolve) => {

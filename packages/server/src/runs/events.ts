@@ -1,4 +1,4 @@
-import type { Database, ListenSession } from '@sluice/postgres/database';
+import type { Database, ListenOptions, ListenSession } from '@sluice/postgres/database';
 
 /**
  * A run ended, a run is asked to stop, a thread was given back (`id` is then the thread's), or
@@ -21,6 +21,7 @@ export class RunEvents {
   readonly #db: Database;
   readonly #handlers = new Set<(event: RunEvent) => void>();
   readonly #log: (message: string, error?: unknown) => void;
+  readonly #listenOptions: ListenOptions | undefined;
   #session: ListenSession | undefined;
   #retry: ReturnType<typeof setTimeout> | undefined;
   #delayMs = 500;
@@ -29,9 +30,14 @@ export class RunEvents {
   /** Numbers the attempts to open a session: a loss is heard from the newest attempt only. */
   #attempt = 0;
 
-  constructor(db: Database, log: (message: string, error?: unknown) => void = () => undefined) {
+  constructor(
+    db: Database,
+    log: (message: string, error?: unknown) => void = () => undefined,
+    listenOptions?: ListenOptions,
+  ) {
     this.#db = db;
     this.#log = log;
+    this.#listenOptions = listenOptions;
   }
 
   /** True while NOTIFY arrives; polls may then be rarer. */
@@ -60,6 +66,7 @@ export class RunEvents {
         channel,
         (payload) => this.#dispatch(payload),
         (error) => this.#lost(attempt, error),
+        this.#listenOptions,
       );
       if (this.#stopped || attempt !== this.#attempt) {
         await session.close().catch(() => undefined);

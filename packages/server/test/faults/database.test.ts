@@ -170,6 +170,38 @@ describe.runIf(postgres)('the LISTEN session of run notifications', () => {
     );
     expect(sessions.rows[0].n).toBe(1);
   }, 60_000);
+
+  it('H2: a session whose connection goes silent (no reset: a NAT that forgot it) is noticed by its check and opened again', async () => {
+    const database = await freshDatabase();
+    const proxy = await startDatabaseProxy();
+    const pool = new pg.Pool({ connectionString: throughProxy(database, proxy.port) });
+    pool.on('error', () => undefined);
+    afterThisTest(() => pool.end());
+    const losses: string[] = [];
+    const events = new RunEvents(toDatabase(pool), (_m, error) => losses.push(String(error)), {
+      checkEveryMs: 200,
+      checkTimeoutMs: 500,
+    });
+    afterThisTest(() => events.stop());
+    await events.start();
+    const heard: string[] = [];
+    events.on((event) => heard.push(`${event.kind}:${event.id}`));
+    const notify = async (payload: string) => {
+      const c = new pg.Client({ connectionString: database });
+      await c.connect();
+      await c.query(`SELECT pg_notify('sluice_runs', $1)`, [payload]);
+      await c.end();
+    };
+    await notify('end:before');
+    await until(() => heard.includes('end:before'), 'a notification through the first session');
+
+    proxy.stall();
+    await until(() => losses.length === 1, 'the silent session counted lost');
+    expect(losses[0]).toMatch(/did not answer within 500 ms/);
+    await until(() => events.listening && events.generation === 2, 'a new session');
+    await notify('end:after');
+    await until(() => heard.includes('end:after'), 'a notification through the new session');
+  }, 60_000);
 });
 
 describe('text jsonb cannot hold', () => {
