@@ -196,14 +196,8 @@ export async function freshDatabase(): Promise<string> {
   return urlOf(postgres, name);
 }
 
-/**
- * A TCP proxy on 127.0.0.1 in front of this run's PostgreSQL: `cut()` ends every connection
- * through it and refuses new ones (what a database restart looks like from the server),
- * `restore()` lets connections through again. `stall()` stops forwarding on the connections
- * open now without closing them (a NAT that forgot them, a partition with no reset); new
- * connections still go through.
- */
-export async function startDatabaseProxy(): Promise<{
+/** A TCP proxy on 127.0.0.1 (see `startDatabaseProxy`). */
+export interface TcpProxy {
   port: number;
   /** Connections refused (closed at once) while cut. */
   readonly refused: number;
@@ -211,11 +205,26 @@ export async function startDatabaseProxy(): Promise<{
   restore(): void;
   stall(): void;
   close(): Promise<void>;
-}> {
+}
+
+/**
+ * A TCP proxy on 127.0.0.1 in front of this run's PostgreSQL: `cut()` ends every connection
+ * through it and refuses new ones (what a database restart looks like from the server),
+ * `restore()` lets connections through again. `stall()` stops forwarding on the connections
+ * open now without closing them (a NAT that forgot them, a partition with no reset); new
+ * connections still go through.
+ */
+export async function startDatabaseProxy(): Promise<TcpProxy> {
   if (!postgres) throw new Error('PostgreSQL is not available');
-  const target = postgres.host?.startsWith('/')
-    ? { path: join(postgres.host, `.s.PGSQL.${postgres.port ?? 5432}`) }
-    : { host: postgres.host ?? '127.0.0.1', port: postgres.port ?? 5432 };
+  return startTcpProxy(
+    postgres.host?.startsWith('/')
+      ? { path: join(postgres.host, `.s.PGSQL.${postgres.port ?? 5432}`) }
+      : { host: postgres.host ?? '127.0.0.1', port: postgres.port ?? 5432 },
+  );
+}
+
+/** The same proxy in front of any `target` (a Redis, say). */
+export async function startTcpProxy(target: net.NetConnectOpts): Promise<TcpProxy> {
   const sockets = new Set<net.Socket>();
   const pairs = new Set<[net.Socket, net.Socket]>();
   let down = false;
@@ -256,11 +265,12 @@ export async function startDatabaseProxy(): Promise<{
       down = false;
     },
     stall() {
+      // What either side sends from now on goes nowhere, and nothing closes.
       for (const [client, upstream] of pairs) {
         client.unpipe(upstream);
         upstream.unpipe(client);
-        client.pause();
-        upstream.pause();
+        client.on('data', () => undefined);
+        upstream.on('data', () => undefined);
       }
     },
     close: () =>

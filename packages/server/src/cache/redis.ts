@@ -68,6 +68,13 @@ export interface RedisCacheStoreOptions {
    * @default 60_000
    */
   leaseMs?: number;
+  /**
+   * How long a command may wait for Redis's answer before it fails (a request then gets 503).
+   * Without it, a connection that goes silent without a reset would hold every request that
+   * counts a place or a failed authentication, and `close`, forever.
+   * @default 5_000
+   */
+  commandTimeoutMs?: number;
   /** @default 'sluice:' */
   prefix?: string;
   /** Connection trouble, reported at most once per outage. */
@@ -108,6 +115,10 @@ export class RedisCacheStore implements CacheStore {
       // A request waits for a reconnect once at most, then fails instead of hanging.
       maxRetriesPerRequest: 1,
       connectTimeout: 5_000,
+      commandTimeout: options.commandTimeoutMs ?? 5_000,
+      // A command its caller was already told failed (503) is not sent again on reconnect: a
+      // take replayed then would hold a place nobody releases until its lease runs out.
+      autoResendUnfulfilledCommands: false,
     });
     let down = false;
     redis.on('error', (error: Error) => {
@@ -139,7 +150,7 @@ export class RedisCacheStore implements CacheStore {
 
   async take(key: string, limit: number): Promise<PlaceTaken> {
     const member = randomBytes(9).toString('base64url');
-    const [ok, held] = await unavailableAs503(
+    const [ok, held] = await this.#answer(
       this.#redis.sluiceTake(`place:${key}`, limit, this.leaseMs, member),
     );
     if (ok !== 1) return { ok: false, held };
@@ -164,7 +175,7 @@ export class RedisCacheStore implements CacheStore {
   }
 
   async held(key: string): Promise<number> {
-    return unavailableAs503(this.#redis.sluiceHeld(`place:${key}`));
+    return this.#answer(this.#redis.sluiceHeld(`place:${key}`));
   }
 
   /**
@@ -195,12 +206,12 @@ export class RedisCacheStore implements CacheStore {
   }
 
   async hit(key: string, windowMs: number): Promise<WindowCount> {
-    const [count, leftMs] = await unavailableAs503(this.#redis.sluiceHit(`hit:${key}`, windowMs));
+    const [count, leftMs] = await this.#answer(this.#redis.sluiceHit(`hit:${key}`, windowMs));
     return { count, leftMs };
   }
 
   async count(key: string): Promise<WindowCount> {
-    const [count, leftMs] = await unavailableAs503(this.#redis.sluiceCount(`hit:${key}`));
+    const [count, leftMs] = await this.#answer(this.#redis.sluiceCount(`hit:${key}`));
     return { count, leftMs };
   }
 
@@ -209,7 +220,28 @@ export class RedisCacheStore implements CacheStore {
   }
 
   async isRevoked(tokenId: string): Promise<boolean> {
-    return (await unavailableAs503(this.#redis.exists(`revoked:${tokenId}`))) === 1;
+    return (await this.#answer(this.#redis.exists(`revoked:${tokenId}`))) === 1;
+  }
+
+  /**
+   * A request that needs Redis while it is away gets 503 with Retry-After, as one that needs the
+   * database does: the caps cannot be checked, so nothing is admitted unchecked. A command that
+   * timed out means a connection that no longer answers: it is dropped and opened again.
+   */
+  async #answer<T>(pending: Promise<T>): Promise<T> {
+    try {
+      return await pending;
+    } catch (error) {
+      if (error instanceof Error && /timed out/i.test(error.message) && this.#redis.status === 'ready')
+        this.#redis.disconnect(true);
+      throw new HttpError(
+        503,
+        'cache_unavailable',
+        'The server cannot reach its cache store (Redis); try again shortly',
+        {},
+        { 'retry-after': '5' },
+      );
+    }
   }
 
   async close(): Promise<void> {
@@ -221,24 +253,6 @@ export class RedisCacheStore implements CacheStore {
       ...held.map(([key, members]) => this.#redis.zrem(`place:${key}`, ...members).catch(() => 0)),
     ]);
     await this.#redis.quit().catch(() => this.#redis.disconnect());
-  }
-}
-
-/**
- * A request that needs Redis while it is away gets 503 with Retry-After, as one that needs the
- * database does: the caps cannot be checked, so nothing is admitted unchecked.
- */
-async function unavailableAs503<T>(pending: Promise<T>): Promise<T> {
-  try {
-    return await pending;
-  } catch {
-    throw new HttpError(
-      503,
-      'cache_unavailable',
-      'The server cannot reach its cache store (Redis); try again shortly',
-      {},
-      { 'retry-after': '5' },
-    );
   }
 }
 

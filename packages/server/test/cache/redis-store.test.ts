@@ -13,7 +13,7 @@ import { HttpError } from '../../src/http/errors.js';
 import { perProcessWarning } from '../../src/cache/open.js';
 import { placeKeys } from '../../src/cache/places.js';
 import { RedisCacheStore } from '../../src/cache/redis.js';
-import { afterThisTest, freshDatabase, postgres } from '../helpers.js';
+import { afterThisTest, freshDatabase, postgres, startTcpProxy, until } from '../helpers.js';
 import { rawClient, redisDatabase, withRedis } from './redis.js';
 
 async function openStore(url: string, leaseMs = 60_000) {
@@ -189,6 +189,28 @@ describe.runIf(withRedis)('the Redis cache store against a real redis-server', (
       expect((error as HttpError).body().error.type).toBe('cache_unavailable');
       expect((error as HttpError).headers['retry-after']).toBe('5');
     }
+  });
+
+  it('a connection to Redis that goes silent (no reset): a request gets 503 after the command timeout, and the store opens a new connection', async () => {
+    const direct = new URL(await redisDatabase(8));
+    const proxy = await startTcpProxy({ host: direct.hostname, port: Number(direct.port) });
+    const url = `redis://127.0.0.1:${proxy.port}/8`;
+    const store = await RedisCacheStore.open({ url, commandTimeoutMs: 300 });
+    afterThisTest(() => store.close());
+    const key = placeKeys.heldRuns('t', 'silent');
+    expect((await store.take(key, 5)).ok).toBe(true);
+
+    proxy.stall();
+    const stalled = await store.take(key, 5).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    expect(stalled).toBeInstanceOf(HttpError);
+    expect(stalled).toMatchObject({ status: 503, type: 'cache_unavailable' });
+    // The silent connection is dropped; the next one goes through, and the count is Redis's.
+    await until(async () => (await store.held(key).catch(() => -1)) === 1, 'answers on a new connection');
+    expect((await store.take(key, 5)).ok).toBe(true);
+    expect(await store.held(key)).toBe(2);
   });
 
   it('a Redis that does not answer fails the start, naming REDIS_URL and hiding the password', async () => {
