@@ -283,8 +283,13 @@ export async function startTcpProxy(target: net.NetConnectOpts): Promise<TcpProx
   return proxy;
 }
 
+/** The database name of a `postgresql://` connection string. */
+export function databaseNameOf(databaseUrl: string): string {
+  return new URL(databaseUrl.replace(/^postgresql:\/\/[^/]*\//, 'http://x/')).pathname.slice(1);
+}
+
 /** The connection string of `databaseUrl`'s database, through a proxy on `port`. */
 export function throughProxy(databaseUrl: string, port: number): string {
-  const database = new URL(databaseUrl.replace(/^postgresql:\/\/[^/]*\//, 'http://x/')).pathname.slice(1);
+  const database = databaseNameOf(databaseUrl);
   return `postgresql://${encodeURIComponent(postgres?.user ?? 'root')}@127.0.0.1:${port}/${database}`;
 }

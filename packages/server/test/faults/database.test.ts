@@ -1,12 +1,13 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { createAgent } from 'sluice';
-import { toDatabase } from '@sluice/postgres/database';
+import { toDatabase, type ListenOptions } from '@sluice/postgres/database';
 import { createToken, defineConfig, serve } from '@sluice/server';
 import { RunEvents } from '../../src/runs/events.js';
 import { startProviderStandIn } from '@sluice/testkit';
 import {
   afterThisTest,
+  databaseNameOf,
   freshDatabase,
   lastUserText,
   postgres,
@@ -120,7 +121,7 @@ describe.runIf(postgres)('database faults on PostgreSQL', () => {
     const admin = new pg.Client({ connectionString: database });
     await admin.connect();
     afterThisTest(() => admin.end());
-    const name = new URL(database.replace(/^postgresql:\/\/[^/]*\//, 'http://x/')).pathname.slice(1);
+    const name = databaseNameOf(database);
     for (let round = 0; round < 3; round++) {
       const load = Promise.all(Array.from({ length: 20 }, post));
       const killed = await admin.query(
@@ -136,17 +137,23 @@ describe.runIf(postgres)('database faults on PostgreSQL', () => {
   }, 90_000);
 });
 
+/** RunEvents listening on a fresh database through a proxy; `losses` are the losses it reported. */
+async function listeningThroughProxy(options?: ListenOptions) {
+  const database = await freshDatabase();
+  const proxy = await startDatabaseProxy();
+  const pool = new pg.Pool({ connectionString: throughProxy(database, proxy.port) });
+  pool.on('error', () => undefined);
+  afterThisTest(() => pool.end());
+  const losses: string[] = [];
+  const events = new RunEvents(toDatabase(pool), (_m, error) => losses.push(String(error)), options);
+  afterThisTest(() => events.stop());
+  await events.start();
+  return { database, proxy, losses, events };
+}
+
 describe.runIf(postgres)('the LISTEN session of run notifications', () => {
   it('H2: while the database is away it is tried again one attempt at a time (each refusal heard once), and one session comes back', async () => {
-    const database = await freshDatabase();
-    const proxy = await startDatabaseProxy();
-    const pool = new pg.Pool({ connectionString: throughProxy(database, proxy.port) });
-    pool.on('error', () => undefined);
-    afterThisTest(() => pool.end());
-    const losses: unknown[] = [];
-    const events = new RunEvents(toDatabase(pool), (_message, error) => losses.push(error));
-    afterThisTest(() => events.stop());
-    await events.start();
+    const { database, proxy, losses, events } = await listeningThroughProxy();
     expect(events.listening).toBe(true);
 
     proxy.cut();
@@ -160,7 +167,7 @@ describe.runIf(postgres)('the LISTEN session of run notifications', () => {
     proxy.restore();
     await until(() => events.listening, 'listening again');
     expect(events.generation).toBe(2);
-    const name = new URL(database.replace(/^postgresql:\/\/[^/]*\//, 'http://x/')).pathname.slice(1);
+    const name = databaseNameOf(database);
     const admin = new pg.Client({ connectionString: database });
     await admin.connect();
     afterThisTest(() => admin.end());
@@ -172,18 +179,10 @@ describe.runIf(postgres)('the LISTEN session of run notifications', () => {
   }, 60_000);
 
   it('H2: a session whose connection goes silent (no reset: a NAT that forgot it) is noticed by its check and opened again', async () => {
-    const database = await freshDatabase();
-    const proxy = await startDatabaseProxy();
-    const pool = new pg.Pool({ connectionString: throughProxy(database, proxy.port) });
-    pool.on('error', () => undefined);
-    afterThisTest(() => pool.end());
-    const losses: string[] = [];
-    const events = new RunEvents(toDatabase(pool), (_m, error) => losses.push(String(error)), {
+    const { database, proxy, losses, events } = await listeningThroughProxy({
       checkEveryMs: 200,
       checkTimeoutMs: 500,
     });
-    afterThisTest(() => events.stop());
-    await events.start();
     const heard: string[] = [];
     events.on((event) => heard.push(`${event.kind}:${event.id}`));
     const notify = async (payload: string) => {

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { openStore } from '@sluice/server';
 import { admitRun } from '../../src/runs/admission.js';
 import type { TenantLimits } from '../../src/runs/policy.js';
-import { newRunId, type NewRun } from '../../src/runs/store.js';
+import { newRunId } from '../../src/runs/store.js';
 import type { Principal } from '../../src/store/tokens.js';
 import {
   afterThisTest,
@@ -16,6 +16,7 @@ import {
   throughProxy,
   until,
 } from '../helpers.js';
+import { run } from '../limits/admission-fixtures.js';
 
 /*
  * Review of issue 15's fast path: sluice_admit_runs is one autocommit statement, and the Sync
@@ -29,15 +30,6 @@ import {
  */
 const limits: TenantLimits = { activePerTenant: 0, activePerProject: 0, deferredQueued: 0, scheduled: 0 };
 const who: Principal = { tokenId: 'tok', tenant: 'cut', project: 'p', user: 'u', role: 'member' };
-const run = (over: Partial<NewRun> = {}): NewRun => ({
-  agent: 'echo',
-  class: 'default',
-  mode: 'queued',
-  input: 'x',
-  metadata: {},
-  worker: 'w1',
-  ...over,
-});
 
 describe.runIf(postgres)('review 15: a connection lost while the fast path waits for the lock', () => {
   it('an admission whose caller was told it failed is not written', async () => {
