@@ -67,6 +67,8 @@ export class SlotBook {
       case 'config-error':
       case 'renewal-failed':
       case 'release-failed':
+      case 'provider-throttled':
+      case 'limit-changed':
         return;
       default: {
         const never: never = event;

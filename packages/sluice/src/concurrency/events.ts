@@ -46,6 +46,19 @@ export type ConcurrencyEvent =
       readonly type: 'release-failed';
       readonly leaseId: string;
       readonly error: Error;
+    })
+  /** The provider said it is overloaded (429, 503, 529 or nothing remaining): new grants pause. */
+  | (ConcurrencyEventBase & {
+      readonly type: 'provider-throttled';
+      readonly status: number | undefined;
+      readonly retryAfterMs: number;
+    })
+  /** The adaptive limit moved. */
+  | (ConcurrencyEventBase & {
+      readonly type: 'limit-changed';
+      readonly from: number;
+      readonly to: number;
+      readonly reason: 'overload' | 'increase';
     });
 
 export type ConcurrencyEventType = ConcurrencyEvent['type'];

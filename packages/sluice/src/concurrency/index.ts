@@ -13,6 +13,18 @@ export type {
   WorkloadStats,
 } from './limiter.js';
 export type { ConcurrencyLimiterOptions, WorkloadOptions } from './options.js';
+export type {
+  AdaptiveOptions,
+  BudgetName,
+  BudgetStats,
+  BudgetsStats,
+  ProviderFeedback,
+  ProviderRateLimits,
+  RateLimitWindow,
+  RateOptions,
+  ReleaseDetails,
+  TokenCounts,
+} from './capacity-types.js';
 export { acquireSlot } from './slot.js';
 export type { HeldSlot, SlotRequest } from './slot.js';
 export {

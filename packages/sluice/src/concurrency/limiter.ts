@@ -1,3 +1,4 @@
+import type { BudgetsStats, ReleaseDetails, TokenCounts } from './capacity-types.js';
 import type { RequestLineage } from './errors.js';
 
 /** What a caller asks a limiter for: one slot, for one provider request. */
@@ -17,6 +18,11 @@ export interface AcquireRequest<W extends string = string> extends RequestLineag
    * workload's `maxWaitMs`, with `ConcurrencyTimeoutError`. A budget of 0 or less fails at once.
    */
   readonly timeoutMs?: number | undefined;
+  /**
+   * The request's estimated tokens, charged to the token budgets at the grant and settled at
+   * release. Absent: 0 tokens.
+   */
+  readonly tokens?: TokenCounts | undefined;
 }
 
 /**
@@ -49,6 +55,10 @@ export interface WorkloadStats {
 export interface ConcurrencyStats<W extends string = string> {
   readonly active: number;
   readonly queued: number;
+  /** The effective concurrency limit (`maxConcurrent` unless `adaptive` lowered it). */
+  readonly limit?: number;
+  /** Each configured budget's state. */
+  readonly budgets?: BudgetsStats;
   readonly workloads: { readonly [K in W]: WorkloadStats };
 }
 
@@ -73,8 +83,12 @@ export interface ConcurrencyLimiter<W extends string = string> {
    * holds it (expired, released). Rejects only for transient failures.
    */
   renew(lease: ConcurrencyLease<W>): Promise<ConcurrencyLease<W> | undefined>;
-  /** Gives the slot back. Releasing a lease twice, or an expired one, is harmless. */
-  release(lease: ConcurrencyLease<W>): Promise<void>;
+  /**
+   * Gives the slot back. Releasing a lease twice, or an expired one, is harmless. `details`
+   * (optional: a limiter may ignore it) settles the grant's tokens to the usage and reports
+   * the provider's status and rate-limit figures.
+   */
+  release(lease: ConcurrencyLease<W>, details?: ReleaseDetails): Promise<void>;
   /**
    * Resolves the workload a request would use (the given one or the default), or throws
    * `ConcurrencyConfigError`. Lets callers check a workload before any request is sent.

@@ -1,5 +1,6 @@
 import { IMPLICIT_KEY, MAX_KEY_LENGTH } from './allocate.js';
 import { SECOND, type Clock } from './clock.js';
+import type { AdaptiveOptions, RateOptions } from './capacity-types.js';
 import { ConcurrencyConfigError, lineageOf, type RequestLineage } from './errors.js';
 
 /** Settings of one named workload. */
@@ -49,6 +50,10 @@ export interface ConcurrencyLimiterOptions<W extends string = string> {
   leaseTtlMs?: number;
   /** Time source; tests pass a `ManualClock`. @default the system clock */
   clock?: Clock;
+  /** Per-minute budgets of requests and tokens, beside the slots. */
+  rate?: RateOptions;
+  /** Adapt the effective limit to the provider's overload signals (`true`: the defaults). */
+  adaptive?: boolean | AdaptiveOptions;
 }
 
 /** Every default of the limiter, in one place. */

@@ -27,6 +27,8 @@ const everyType = {
   'renewal-failed': true,
   'lease-lost': true,
   'release-failed': true,
+  'provider-throttled': true,
+  'limit-changed': true,
 } satisfies Record<ConcurrencyEventType, true>;
 
 describe('slot lifecycle and events', () => {
