@@ -1,6 +1,6 @@
 import type { SqlClient } from '@sluice/postgres/database';
 import type { Principal } from '../store/tokens.js';
-import type { Refusal } from './admission.js';
+import type { Refusal } from './refusal.js';
 import type { TenantLimits } from './policy.js';
 import type { CountedSet } from './retry-after.js';
 import type { AdmissionCounters, HighestCounts, NewRun } from './store.js';

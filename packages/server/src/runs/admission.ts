@@ -1,7 +1,6 @@
 import type { Database, SqlClient } from '@sluice/postgres/database';
 import { systemClock, type Clock } from 'sluice/concurrency';
 import type { Principal } from '../store/tokens.js';
-import type { RunClass } from './lifecycle.js';
 import type { TenantLimits } from './policy.js';
 import { DepartureHistory } from './retry-after.js';
 import { highestCounts, quotaUse, spendFigures, Tally, type SpendFigures } from './admission-counts.js';
@@ -14,24 +13,10 @@ import {
   type NewRun,
   type RunRow,
 } from './store.js';
+import type { Refusal } from './refusal.js';
 import { inTurn } from './turns.js';
 
-/** Why a run was not admitted. The HTTP layer turns each into its 429 (see http/errors.ts). */
-export type Refusal =
-  | {
-      kind: 'concurrency';
-      scope: 'tenant' | 'project' | 'user';
-      class: RunClass;
-      limit: 'max_active_runs' | 'max_queued_runs' | 'max_scheduled_runs' | 'max_concurrent_per_user';
-      limitValue: number;
-      active: number;
-      /** When a place is likely to be free (see retry-after.ts). */
-      retryAfterMs?: number;
-    }
-  | { kind: 'quota'; class: RunClass; limitValue: number; used: number }
-  | { kind: 'spend'; class: RunClass; limitUsd: number; spentUsd: number; reservedUsd: number }
-  /** A held run lost the thread it took before admission (its lease ran out meanwhile). */
-  | { kind: 'thread'; threadId: string };
+export type { Refusal } from './refusal.js';
 
 export type Admission = { ok: true; run: RunRow } | { ok: false; refusal: Refusal };
 
