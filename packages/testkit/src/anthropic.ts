@@ -1,5 +1,5 @@
 import type { ServerResponse } from 'node:http';
-import type { Reply, RequestRecord, StandInRequest } from './stand-in.js';
+import type { Reply, RequestRecord, StandInRequest } from './types.js';
 import { cutAfterFlush, sendJson, usageOf, writeFault } from './wire.js';
 
 type Block = {

@@ -1,4 +1,4 @@
-import type { Reply, StandInRequest } from './stand-in.js';
+import type { Reply, StandInRequest } from './types.js';
 
 type Responder = (request: StandInRequest) => Reply | Promise<Reply>;
 

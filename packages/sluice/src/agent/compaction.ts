@@ -44,3 +44,50 @@ export async function compactMessages(
     ...messages.slice(cut),
   ];
 }
+
+export interface RunCompactionOptions {
+  /** Compact before a turn whose context's JSON is longer than this; undefined: never by size. */
+  readonly maxChars: number | undefined;
+  readonly keepLast: number;
+  readonly now: () => number;
+  /** Sends the summary request (with a slot of its own) and returns its text. */
+  readonly summarize: (context: Context) => Promise<string>;
+}
+
+/**
+ * When one run's conversation is summarised: before a turn whose context has grown past
+ * `maxChars`, and when the provider reports an overflow. After an overflow the request that
+ * overflowed is resent compacted, and the run's own conversation is compacted before its next
+ * turn too, so the following requests do not overflow again.
+ */
+export class RunCompaction {
+  readonly #options: RunCompactionOptions;
+  #afterOverflow = false;
+
+  constructor(options: RunCompactionOptions) {
+    this.#options = options;
+  }
+
+  summarize(messages: readonly Message[]): Promise<Message[]> {
+    const { keepLast, now, summarize } = this.#options;
+    return compactMessages(messages, { keepLast, now, summarize });
+  }
+
+  /** The provider said `context` is too long: the smaller context to resend instead. */
+  async overflowed(context: Context): Promise<Context> {
+    this.#afterOverflow = true;
+    return { ...context, messages: await this.summarize(context.messages) };
+  }
+
+  /**
+   * The loop's context before a turn, compacted when it is due. A summary that fails rejects,
+   * so the run ends with its failure before another request is sent.
+   */
+  async beforeTurn<M>(current: M[]): Promise<M[]> {
+    const { maxChars } = this.#options;
+    const tooLarge = maxChars !== undefined && JSON.stringify(current).length > maxChars;
+    if (!tooLarge && !this.#afterOverflow) return current;
+    this.#afterOverflow = false;
+    return (await this.summarize(current as Message[])) as M[];
+  }
+}

@@ -1,4 +1,5 @@
 import { SECOND } from '../concurrency/clock.js';
+import { modelDefaults } from '../models/defaults.js';
 
 /**
  * Every default of the agent runtime (agents, runs and model specs), in one place. The
@@ -9,7 +10,8 @@ export const agentDefaults = Object.freeze({
   retry: Object.freeze({ maxRetries: 3, baseDelayMs: 500, maxDelayMs: 30 * SECOND }),
   maxRepairs: 2,
   compaction: Object.freeze({ keepLast: 6 }),
-  model: Object.freeze({ contextWindow: 128_000, maxTokens: 4096 }),
+  // Kept beside the model specs, so that models/ needs nothing from agent/.
+  model: modelDefaults,
 });
 
 /**

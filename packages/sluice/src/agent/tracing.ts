@@ -8,7 +8,7 @@ import {
   type Span,
 } from '@opentelemetry/api';
 import type { AssistantMessage } from '@mariozechner/pi-ai';
-import type { RunUsage } from './agent.js';
+import type { RunUsage } from './results.js';
 
 /**
  * Spans of a run, through `@opentelemetry/api` only: without an SDK registered in the process

@@ -3,7 +3,7 @@
  * request lives), the only code that sees pi's types: none of them leaves the two.
  */
 import { getEnvApiKey, getModel, type Api, type Model } from '@mariozechner/pi-ai';
-import { agentDefaults } from '../agent/defaults.js';
+import { modelDefaults } from './defaults.js';
 
 /** A model: `'provider/model-id'` from the catalog, or an endpoint of your own. */
 export type ModelSpec =
@@ -75,8 +75,8 @@ export function resolveModel(spec: ModelSpec): Model<Api> {
       cacheRead: spec.cost?.cacheRead ?? 0,
       cacheWrite: spec.cost?.cacheWrite ?? 0,
     },
-    contextWindow: spec.contextWindow ?? agentDefaults.model.contextWindow,
-    maxTokens: spec.maxTokens ?? agentDefaults.model.maxTokens,
+    contextWindow: spec.contextWindow ?? modelDefaults.contextWindow,
+    maxTokens: spec.maxTokens ?? modelDefaults.maxTokens,
   };
 }
 

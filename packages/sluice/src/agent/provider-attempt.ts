@@ -1,0 +1,152 @@
+import {
+  streamSimple,
+  type Api,
+  type AssistantMessage,
+  type AssistantMessageEvent,
+  type Context,
+  type Model,
+  type SimpleStreamOptions,
+} from '@mariozechner/pi-ai';
+import { context as otelContext } from '@opentelemetry/api';
+import type { ConcurrencyEvent } from '../concurrency/events.js';
+import { acquireSlot, type HeldSlot } from '../concurrency/slot.js';
+import { observeResponses } from '../models/response-observer.js';
+import type { FailedAttempt } from './retry.js';
+import type { RunScope } from './scope.js';
+import { LinkedAbort, timer } from './signals.js';
+import type { RequestTrace } from './tracing.js';
+
+/** One attempt's end: the final message and what the wire said about it. */
+export interface Attempt {
+  readonly final: AssistantMessage;
+  readonly status: number | undefined;
+  readonly headers: FailedAttempt['headers'];
+  readonly turnTimedOut: boolean;
+}
+
+/** What one attempt is sent with. */
+export interface AttemptRequest {
+  readonly scope: RunScope;
+  readonly model: Model<Api>;
+  readonly context: Context;
+  readonly streamOptions: SimpleStreamOptions;
+  /** Longest the attempt may take once sent. */
+  readonly turnTimeoutMs: number | undefined;
+  /** Gets the response's stream events as they come, except its end. */
+  readonly forward: (event: AssistantMessageEvent) => void;
+}
+
+/**
+ * Waits for the attempt's slot, within what is left of the run's budget (none without a
+ * limiter), and records the wait on the attempt's span. Rejects as `acquireSlot` does.
+ */
+export async function waitForSlot(
+  scope: RunScope,
+  requestId: string,
+  span: RequestTrace,
+): Promise<HeldSlot<string> | undefined> {
+  const waitStart = scope.clock.now();
+  try {
+    return await takeSlot(scope, requestId);
+  } finally {
+    span.slotWaited(scope.clock.now() - waitStart);
+  }
+}
+
+/**
+ * Sends the attempt on its slot and gives the slot back when the response has finished,
+ * failed or been cancelled: before the loop sees the end of the response, so before any tool
+ * of the turn runs. Ends the attempt's span.
+ */
+export async function sendOnSlot(
+  request: AttemptRequest,
+  slot: HeldSlot<string> | undefined,
+  span: RequestTrace,
+): Promise<Attempt> {
+  let attempt: Attempt | undefined;
+  try {
+    attempt = await otelContext.with(span.context, () => streamAttempt(request, slot));
+    span.answered(attempt.final, attempt.status);
+  } finally {
+    span.end();
+    await slot?.release(attempt ? releaseOutcome(attempt.final) : 'failed');
+  }
+  return attempt;
+}
+
+function releaseOutcome(final: AssistantMessage): 'completed' | 'failed' | 'cancelled' {
+  return final.stopReason === 'error' ? 'failed' : final.stopReason === 'aborted' ? 'cancelled' : 'completed';
+}
+
+/** A slot for one attempt, within what is left of the run's budget; none without a limiter. */
+function takeSlot(scope: RunScope, requestId: string): Promise<HeldSlot<string> | undefined> {
+  if (!scope.limiter) return Promise.resolve(undefined);
+  const emit = (event: ConcurrencyEvent) => {
+    for (const listener of scope.listeners) {
+      try {
+        listener(event);
+      } catch {
+        // A listener cannot break a run.
+      }
+    }
+  };
+  return acquireSlot({
+    limiter: scope.limiter,
+    workload: scope.workload,
+    key: scope.key,
+    // Cancellation only: the budget goes in as `timeoutMs`, and acquireSlot alone decides
+    // that a wait has timed out. Were the run's own deadline abort passed here too, its timer
+    // and the limiter's would race to say `wait-cancelled` or `timed-out`.
+    signal: scope.cancelSignal,
+    timeoutMs: scope.deadline === undefined ? undefined : scope.deadline - scope.clock.now(),
+    clock: scope.clock,
+    runId: scope.runId,
+    rootRunId: scope.rootRunId,
+    parentRunId: scope.parentRunId,
+    requestId,
+    onEvent: emit,
+  });
+}
+
+/** Sends one attempt and streams it on; ends when its response does. */
+async function streamAttempt(request: AttemptRequest, slot: HeldSlot<string> | undefined): Promise<Attempt> {
+  const { scope, turnTimeoutMs } = request;
+  const abort = new LinkedAbort([scope.signal, slot?.signal]);
+  let turnTimedOut = false;
+  const turnTimer = timer(scope.clock, turnTimeoutMs, () => {
+    turnTimedOut = true;
+    abort.abort(new Error(`turnTimeoutMs (${turnTimeoutMs} ms) passed`));
+  });
+  let status: number | undefined;
+  let headers: FailedAttempt['headers'];
+  // Status and wait headers of every response, error responses included.
+  const observe = (s: number, h: Headers) => {
+    status = s;
+    headers = {
+      retryAfterMs: h.get('retry-after-ms') ?? undefined,
+      retryAfter: h.get('retry-after') ?? undefined,
+    };
+  };
+  try {
+    const inner = observeResponses(observe, () =>
+      streamSimple(request.model, request.context, {
+        ...request.streamOptions,
+        signal: abort.signal,
+        // HTTP retries inside the SDK would hide provider failures from the slot accounting;
+        // ours are new requests with new slots.
+        maxRetries: 0,
+      }),
+    );
+    let final: AssistantMessage | undefined;
+    for await (const event of inner) {
+      if (event.type === 'done') final = event.message;
+      else if (event.type === 'error') final = event.error;
+      else request.forward(event);
+    }
+    final ??= await inner.result();
+    return { final, status, headers, turnTimedOut };
+  } finally {
+    turnTimer.clear();
+    abort.dispose();
+  }
+}

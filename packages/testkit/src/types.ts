@@ -1,0 +1,82 @@
+/** The stand-in's options, its replies and what it records of each request. */
+
+/** What the stand-in answers to one request. */
+export type Reply =
+  /** An assistant message with text. */
+  | { text: string; usage?: { input: number; output: number } }
+  /** An assistant message asking for tool calls (and optional text before them). */
+  | {
+      toolCalls: { name: string; arguments: unknown; id?: string }[];
+      text?: string;
+      usage?: { input: number; output: number };
+    }
+  /** An HTTP error, as a provider sends it: 429 with `retryAfterSeconds`, 500, 401, 529... */
+  | { status: number; message?: string; retryAfterSeconds?: number }
+  /** The connection is cut: before any response, or in the middle of the stream. */
+  | { drop: 'before-response' | 'mid-stream' }
+  /** The stream starts, then nothing more comes until the client gives up. */
+  | { stall: true };
+
+/**
+ * A request as the responder sees it. Both protocols are shown in the OpenAI shape: the
+ * system prompt as a `system` message, tool results as `tool` messages.
+ */
+export interface StandInRequest {
+  /** 1 for the first request the stand-in received, and so on. */
+  readonly index: number;
+  /** Which wire protocol the request came in. */
+  readonly api: 'openai-completions' | 'anthropic-messages';
+  readonly model: string;
+  readonly messages: readonly {
+    role: string;
+    content?: unknown;
+    tool_call_id?: string;
+    tool_calls?: unknown[];
+  }[];
+  readonly tools: readonly { function?: { name?: string } }[];
+  readonly stream: boolean;
+  /** The bearer token the client sent. */
+  readonly apiKey: string | undefined;
+  readonly body: Record<string, unknown>;
+}
+
+export interface RequestRecord {
+  readonly index: number;
+  readonly model: string;
+  readonly apiKey: string | undefined;
+  readonly stream: boolean;
+  readonly messageCount: number;
+  status: number | undefined;
+  /** The client closed the connection before the response was complete. */
+  aborted: boolean;
+  done: boolean;
+}
+
+export interface StandInOptions {
+  /** Decides each reply. Default: echo the last user message. */
+  reply?: (request: StandInRequest) => Reply | Promise<Reply>;
+  /** Wait before the response starts (ms), or a function of the request. @default 0 */
+  latencyMs?: number | ((request: StandInRequest) => number);
+  /** Wait between streamed chunks (ms). @default 0 */
+  chunkDelayMs?: number;
+  /** Port on 127.0.0.1. @default 0 (any free port) */
+  port?: number;
+}
+
+export interface ProviderStandIn {
+  /** Base URL for an OpenAI-compatible client, e.g. `http://127.0.0.1:40123/v1`. */
+  readonly url: string;
+  /** Base URL for an Anthropic client (it adds `/v1/messages`), e.g. `http://127.0.0.1:40123`. */
+  readonly anthropicUrl: string;
+  readonly port: number;
+  /** Requests whose response is not finished and whose connection is open. */
+  readonly inFlight: number;
+  /** The highest `inFlight` seen since start (or the last `resetPeak`). */
+  readonly peakInFlight: number;
+  /** Every request received, in order. */
+  readonly requests: readonly RequestRecord[];
+  resetPeak(): void;
+  /** Resolves once `inFlight` is 0. */
+  idle(): Promise<void>;
+  close(): Promise<void>;
+}
