@@ -1,10 +1,11 @@
 import type { Database } from '@sluice/postgres/database';
 import type { Executor } from '../runs/executor.js';
 import type { TenantLimits } from '../runs/policy.js';
-import { expireRuns, promoteDueRuns } from '../runs/scheduler.js';
+import { endOrphanedRuns, expireRuns, failLostRuns } from '../runs/lifecycle.js';
+import { promoteDueRuns } from '../runs/scheduler.js';
 import type { ServerSettings } from '../settings.js';
 import { renewThreadLeases, threadLeaseMs } from '../threads/store.js';
-import { endOrphanedRuns, failLostRuns, heartbeat, pruneNodes } from './nodes.js';
+import { heartbeat, pruneNodes } from './nodes.js';
 
 type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: object) => void;
 

@@ -3,12 +3,14 @@ import type { Principal } from '../store/tokens.js';
 import type { Refusal } from './refusal.js';
 import type { TenantLimits } from './policy.js';
 import type { CountedSet } from './retry-after.js';
-import type { AdmissionCounters, HighestCounts, NewRun } from './store.js';
+import { firstFull, highestFitting, type CapLevel, type HighestCounts } from './caps.js';
+import type { AdmissionCounters, NewRun } from './store.js';
 
 /**
- * What admission counts a run against: the set it enters and that set's cap, a batch's running
+ * What admission counts a run against: the set it enters and that set's caps, a batch's running
  * tallies of the counters, the most the counts may be for a decided batch to fit, and the
- * figures of the period limits (run quota, spend). The decisions themselves are in admission.ts.
+ * figures of the period limits (run quota, spend). "Room under a cap" itself is caps.ts; the
+ * pipeline that decides is admission.ts.
  */
 
 /** A run as the counts see it: who it is for, what it is, the tenant's limits. */
@@ -18,11 +20,40 @@ export interface Counted {
   limits: TenantLimits;
 }
 
-/** The set a new run enters, and its cap there. */
-export function setOf(run: NewRun, limits: TenantLimits): { set: CountedSet; cap: number } {
-  if (run.class === 'deferred') return { set: 'deferred', cap: limits.deferredQueued };
-  if (run.schedule !== undefined) return { set: 'scheduled', cap: limits.scheduled };
-  return { set: 'active', cap: limits.activePerTenant };
+/** The tenant's cap on a counted set. */
+export function capOf(set: CountedSet, limits: TenantLimits): number {
+  if (set === 'deferred') return limits.deferredQueued;
+  if (set === 'scheduled') return limits.scheduled;
+  return limits.activePerTenant;
+}
+
+/**
+ * The set a new run enters, and the tenant's cap there. The twin of `sluice_admission_set`
+ * (sql/015) for the state the run is born in (lifecycle.ts `bornStatus`): caps.test.ts checks it.
+ */
+export function setOf(
+  run: Pick<NewRun, 'class' | 'schedule'>,
+  limits: TenantLimits,
+): { set: CountedSet; cap: number } {
+  const set: CountedSet =
+    run.class === 'deferred' ? 'deferred' : run.schedule !== undefined ? 'scheduled' : 'active';
+  return { set, cap: capOf(set, limits) };
+}
+
+/** The project's cap on a counted set: only default-class active runs have one. */
+const projectCapOf = (set: CountedSet, limits: TenantLimits) =>
+  set === 'active' ? limits.activePerProject : 0;
+
+/** The caps a run entering `set` is counted against, the tenant's first (see caps.ts `firstFull`). */
+export function capLevels(
+  set: CountedSet,
+  limits: TenantLimits,
+  counts: { tenant: number; project: number },
+): CapLevel<'tenant' | 'project'>[] {
+  return [
+    { scope: 'tenant', cap: capOf(set, limits), count: counts.tenant },
+    { scope: 'project', cap: projectCapOf(set, limits), count: counts.project },
+  ];
 }
 
 const limitName = {
@@ -51,34 +82,18 @@ export class Tally {
 
   /** The cap the run would go over, if any: the tenant's first, then its project's. */
   over(item: Counted): Refusal | undefined {
-    const { set, cap } = setOf(item.run, item.limits);
-    const cls = item.run.class;
-    const tenantCount = this.count('', set);
-    if (cap > 0 && tenantCount >= cap) {
-      return {
-        kind: 'concurrency',
-        scope: 'tenant',
-        class: cls,
-        limit: limitName[set],
-        limitValue: cap,
-        active: tenantCount,
-      };
-    }
-    const perProject = item.limits.activePerProject;
-    if (set === 'active' && perProject > 0) {
-      const projectCount = this.count(item.who.project, set);
-      if (projectCount >= perProject) {
-        return {
-          kind: 'concurrency',
-          scope: 'project',
-          class: cls,
-          limit: 'max_active_runs',
-          limitValue: perProject,
-          active: projectCount,
-        };
-      }
-    }
-    return undefined;
+    const { set } = setOf(item.run, item.limits);
+    const counts = { tenant: this.count('', set), project: this.count(item.who.project, set) };
+    const full = firstFull(capLevels(set, item.limits, counts));
+    if (!full) return undefined;
+    return {
+      kind: 'concurrency',
+      scope: full.scope,
+      class: item.run.class,
+      limit: full.scope === 'tenant' ? limitName[set] : 'max_active_runs',
+      limitValue: full.cap,
+      active: full.count,
+    };
   }
 
   add(item: Counted): void {
@@ -89,6 +104,18 @@ export class Tally {
       counts[set]++;
     }
   }
+}
+
+/**
+ * Decides runs from counts alone, in order: each is refused by the first cap it would go over,
+ * or counted in, so the runs after it see it.
+ */
+export function decideByCounts(tally: Tally, items: Counted[]): (Refusal | undefined)[] {
+  return items.map((item) => {
+    const over = tally.over(item);
+    if (!over) tally.add(item);
+    return over;
+  });
 }
 
 /**
@@ -104,16 +131,26 @@ export function highestCounts(admitted: Counted[], projects: string[]): HighestC
     const key = `${set}:${project}`;
     const k = (entered.get(key) ?? 0) + 1;
     entered.set(key, k);
-    if (cap <= 0) return;
+    const bound = highestFitting(cap, k);
+    if (bound === null) return;
     const row = highest.get(project)!;
-    row[set] = Math.min(row[set] ?? Infinity, cap - k);
+    row[set] = Math.min(row[set] ?? Infinity, bound);
   };
   for (const item of admitted) {
     const { set, cap } = setOf(item.run, item.limits);
     fit('', set, cap);
-    fit(item.who.project, set, set === 'active' ? item.limits.activePerProject : 0);
+    fit(item.who.project, set, projectCapOf(set, item.limits));
   }
   return [...highest].map(([project, row]) => ({ project, ...row }));
+}
+
+/**
+ * Takes the tenant's admission lock for the transaction: admission under the lock and promotion
+ * take it, and so does `sluice_admit_runs` (sql/016, which spells the same key), so no two of
+ * them count and write one tenant's runs at once.
+ */
+export async function lockTenantAdmission(tx: SqlClient, tenant: string): Promise<void> {
+  await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [`sluice:tenant:${tenant}`]);
 }
 
 export async function quotaUse(tx: SqlClient, tenant: string, windowMs: number): Promise<number> {
@@ -143,18 +180,4 @@ export async function spendFigures(tx: SqlClient, tenant: string, windowMs: numb
       [tenant, windowMs],
     )
   ).rows[0]!;
-}
-
-/** The cap a count is at, if any: the tenant's first, then the project's (promotion's check). */
-export function overCap(
-  limits: TenantLimits,
-  counts: { tenant: number; project: number },
-): { scope: 'tenant' | 'project'; limitValue: number; active: number } | undefined {
-  if (limits.activePerTenant > 0 && counts.tenant >= limits.activePerTenant) {
-    return { scope: 'tenant', limitValue: limits.activePerTenant, active: counts.tenant };
-  }
-  if (limits.activePerProject > 0 && counts.project >= limits.activePerProject) {
-    return { scope: 'project', limitValue: limits.activePerProject, active: counts.project };
-  }
-  return undefined;
 }

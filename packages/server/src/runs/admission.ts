@@ -3,10 +3,17 @@ import { systemClock, type Clock } from 'sluice/concurrency';
 import type { Principal } from '../store/tokens.js';
 import type { TenantLimits } from './policy.js';
 import { DepartureHistory } from './retry-after.js';
-import { highestCounts, quotaUse, spendFigures, Tally, type SpendFigures } from './admission-counts.js';
 import {
-  admitDecided,
-  insertRuns,
+  decideByCounts,
+  highestCounts,
+  lockTenantAdmission,
+  quotaUse,
+  spendFigures,
+  Tally,
+  type SpendFigures,
+} from './admission-counts.js';
+import { admitDecided, insertRuns } from './lifecycle.js';
+import {
   readCounters,
   reconcileCounters,
   type AdmissionCounters,
@@ -239,7 +246,7 @@ async function decideBatch(
   if (outcomes.every((o) => o !== undefined)) return outcomes;
 
   return db.transaction(async (tx) => {
-    await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [`sluice:tenant:${tenant}`]);
+    await lockTenantAdmission(tx, tenant);
     const now = clock.now();
     if (line.reconciledAt === undefined || now - line.reconciledAt >= RECONCILE_EVERY_MS) {
       await reconcileCounters(tx, tenant);
@@ -300,13 +307,9 @@ async function admitFromRead(
   projects: string[],
 ): Promise<Admission[] | undefined> {
   // Decided as under the lock (see decideBatch), from the counts the plain read saw.
-  const tally = new Tally(seen);
-  const outcomes: (Admission | undefined)[] = batch.map((item) => {
-    const over = tally.over(item);
-    if (over) return { ok: false, refusal: withEstimate(line, over) };
-    tally.add(item);
-    return undefined;
-  });
+  const outcomes: (Admission | undefined)[] = decideByCounts(new Tally(seen), batch).map((over) =>
+    over ? { ok: false, refusal: withEstimate(line, over) } : undefined,
+  );
   const admitted = batch.filter((_, i) => outcomes[i] === undefined);
   if (admitted.length === 0) return outcomes as Admission[];
   const highest = highestCounts(admitted, projects);

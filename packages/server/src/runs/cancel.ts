@@ -1,7 +1,7 @@
 import type { Database } from '@sluice/postgres/database';
 import type { Executor } from './executor.js';
-import { isFinal } from './lifecycle.js';
-import { cancelNotStarted, getRun, requestCancel, type RunRow } from './store.js';
+import { cancelNotStarted, isFinal, requestCancel } from './lifecycle.js';
+import { getRun, type RunRow } from './store.js';
 import type { RunWaiters } from './waiters.js';
 
 /** How long a cancel of a run executing on another process waits for that process to confirm. */

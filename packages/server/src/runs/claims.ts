@@ -1,12 +1,17 @@
 import type { Database, SqlClient } from '@sluice/postgres/database';
 import { lockThread, threadHeld } from '../threads/store.js';
-import { full, type RunRow } from './store.js';
+import { hasRoom } from './caps.js';
+import { startRun } from './lifecycle.js';
+import type { RunRow } from './store.js';
 
 /**
  * How queue workers take their next run. SKIP LOCKED keeps workers of every process apart. A
  * run of a thread is taken only with its thread: when the thread is held (or a run of it was
  * queued earlier) the run keeps its place and the claim moves on to the next one. A resumed
  * run holds its thread already: it kept it while paused.
+ *
+ * Queues are served in admission order: `seq`, compared as the number it is. (Selected as text
+ * for the thread lock, it must not be what the query sorts by: '10' sorts before '2'.)
  */
 
 /** A queued run that may go now as far as its thread is concerned (none, or free for it). */
@@ -42,13 +47,7 @@ async function start(
     );
     if (!lock.ok) return { busyThread: candidate.thread_id };
   }
-  return (
-    await tx.query<RunRow>(
-      `UPDATE agent_runs SET status = 'running', worker = $1::text, started_at = clock_timestamp()
-       WHERE id = $2::text RETURNING ${full}`,
-      [worker, candidate.id],
-    )
-  ).rows[0]!;
+  return startRun(tx, candidate.id, worker);
 }
 
 /** Takes the oldest queued default-class run that may go now. */
@@ -64,7 +63,7 @@ export async function claimDefaultRun(
         await tx.query<Candidate>(
           `SELECT id, tenant, thread_id, seq::text AS seq FROM agent_runs r
            WHERE status = 'queued' AND class = 'default' AND ${threadAllows}
-           ORDER BY seq FOR UPDATE SKIP LOCKED LIMIT 1`,
+           ORDER BY r.seq FOR UPDATE SKIP LOCKED LIMIT 1`,
           [busyThreads],
         )
       ).rows[0];
@@ -93,12 +92,13 @@ export async function claimDeferredRun(
   const atCap =
     maxRunningPerTenant > 0
       ? (
-          await db.query<{ tenant: string }>(
-            `SELECT tenant FROM agent_runs WHERE status = 'running' AND class = 'deferred'
-             GROUP BY tenant HAVING count(*) >= $1::int`,
-            [maxRunningPerTenant],
+          await db.query<{ tenant: string; n: number }>(
+            `SELECT tenant, count(*)::int AS n FROM agent_runs WHERE status = 'running' AND class = 'deferred'
+             GROUP BY tenant`,
           )
-        ).rows.map((r) => r.tenant)
+        ).rows
+          .filter((r) => !hasRoom(r.n, maxRunningPerTenant))
+          .map((r) => r.tenant)
       : [];
   const busyThreads: string[] = [];
   for (;;) {
@@ -107,7 +107,7 @@ export async function claimDeferredRun(
         await tx.query<Candidate>(
           `SELECT id, tenant, thread_id, seq::text AS seq FROM agent_runs r
            WHERE status = 'queued' AND class = 'deferred' AND NOT (tenant = ANY($2::text[])) AND ${threadAllows}
-           ORDER BY seq FOR UPDATE SKIP LOCKED LIMIT 1`,
+           ORDER BY r.seq FOR UPDATE SKIP LOCKED LIMIT 1`,
           [busyThreads, atCap],
         )
       ).rows[0];
@@ -122,7 +122,7 @@ export async function claimDeferredRun(
             [candidate.tenant],
           )
         ).rows[0]!.n;
-        if (running >= maxRunningPerTenant) return { fullTenant: candidate.tenant };
+        if (!hasRoom(running, maxRunningPerTenant)) return { fullTenant: candidate.tenant };
       }
       return start(tx, candidate, worker, threadLeaseMs);
     });

@@ -13,13 +13,13 @@ import { agentFor, checkClasses, workloadOf } from '../config.js';
 import { withoutInput } from '../ops/logging.js';
 import { traceRun } from '../ops/tracing.js';
 import type { ServerSettings } from '../settings.js';
-import type { RunClass } from './lifecycle.js';
+import { finishRun, pauseRun, type Outcome, type Pause, type RunClass } from './lifecycle.js';
 import type { RunEvents } from './events.js';
 import { answerOf, chatMessages, publicMessage, toChatMessage } from './agent-io.js';
 import { historyOf, newThreadMessages, threadLeaseMs } from '../threads/store.js';
-import { pauseRun, resumption, type Pause } from './approvals.js';
+import { resumption } from './approvals.js';
 import { claimDefaultRun, claimDeferredRun } from './claims.js';
-import { finishRun, getRun, runsToStop, type Outcome, type RunRow } from './store.js';
+import { getRun, runsToStop, type RunRow } from './store.js';
 import type { RunWaiters } from './waiters.js';
 
 /** Why a local run was stopped before it ended by itself. */

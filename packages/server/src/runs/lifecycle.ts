@@ -1,16 +1,87 @@
+import type { Database, SqlClient } from '@sluice/postgres/database';
+import type { PausedState, PendingToolCall } from 'sluice';
+import type { Principal } from '../store/tokens.js';
+import type { HighestCounts } from './caps.js';
+import { toJsonb } from './json.js';
+import { inOrder, runDocuments } from './run-documents.js';
+import { cancelableAtOnce, sqlList, type FailureType, type FinalStatus, type RunStatus } from './states.js';
+import { full, type NewRun, type RunRow } from './store.js';
+
+export * from './states.js';
+
 /**
- * The run lifecycle, drawn once. Every SQL statement that moves a run checks the status it
- * moves from (compare-and-set), so no two processes can make two moves from one state.
+ * The run lifecycle: every state of a run and every statement that moves it, in this one file
+ * (test/lifecycle/status-writes.test.ts fails on a status write anywhere else). Each statement
+ * checks the state it moves from (compare-and-set), so of two processes making a move from one
+ * state, one does and the other finds nothing to move.
  *
- *   scheduled ──due──▶ queued ──claimed──▶ running ──▶ succeeded
- *       │                │                   │    └──▶ failed   (agent_error, timeout, max_duration_exceeded,
- *       │                │                   │                   worker_lost, interrupted)
- *       │                └──not started in time (deferred)──▶ failed (expired)
- *       └──not promoted in time──────────────────────────────▶ failed (expired)
- *                                         running ──a tool needs approval──▶ requires_action
- *   requires_action ──resume──▶ queued (keeps its place and its thread; no cap refuses it)
- *   scheduled, queued, requires_action ──cancel──▶ canceled      (at once)
- *   running ──cancel──▶ cancel requested ──its process stops it──▶ canceled
+ *   admission ──insertRuns, admitDecided──▶ scheduled | queued | running   (bornStatus; both
+ *             write through sluice_insert_runs, sql/016_admission_fast_path.sql)
+ *
+ *   scheduled ──promoteDueDeferred, queueScheduled──▶ queued ──startRun──▶ running
+ *   running ──finishRun──▶ succeeded | failed (agent_error, timeout, max_duration_exceeded) | canceled
+ *   running ──pauseRun──▶ requires_action ──resumeRun──▶ queued  (keeps its place and its thread)
+ *   scheduled | queued | requires_action ──cancelNotStarted──▶ canceled
+ *   running ──requestCancel──▶ running, cancel asked ──its process: finishRun──▶ canceled
+ *   queued (deferred, never paused) | scheduled ──expireRuns──▶ failed (expired)
+ *   running ──failLostRuns──▶ failed (worker_lost)      its process stopped heartbeating
+ *   running ──interruptRuns──▶ failed (interrupted)     its process is draining and out of time
+ *   running ──endOrphanedRuns──▶ canceled | failed (worker_lost)   its own process lost it
+ *
+ * Who makes each move:
+ *   bornStatus        admission (runs/admission.ts, for every front): a run with a schedule is
+ *                     born scheduled, a held (inline) run running on the admitting process,
+ *                     any other queued
+ *   promoteDueDeferred, queueScheduled
+ *                     node upkeep (runs/scheduler.ts promoteDueRuns): deferred runs at once, a
+ *                     default-class one only while its tenant and project have room (caps.ts)
+ *   startRun          a queue worker's claim (runs/claims.ts), under the deferred running cap
+ *   finishRun, pauseRun
+ *                     the executor on the process running it (runs/executor.ts #persist);
+ *                     fenced by `worker`, so a run declared lost meanwhile is left alone. A
+ *                     pause that finds a cancel asked ends the run canceled instead.
+ *   resumeRun         POST .../runs/:id/resume (routes/resume.ts); no cap refuses it
+ *   cancelNotStarted, requestCancel
+ *                     runs/cancel.ts cancelRun (the cancel endpoint, a held client leaving)
+ *   expireRuns, failLostRuns
+ *                     node upkeep on any process (node/upkeep.ts)
+ *   endOrphanedRuns   node upkeep, for the process's own rows it no longer executes
+ *   interruptRuns     the drain of a stopping process (app.ts)
+ *
+ * What the database does on a move (triggers on agent_runs, in the migrations under sql/;
+ * test/schema/snapshot.test.ts checks that this list names every trigger there is):
+ *
+ *   agent_runs_ended (005)                    live -> final: NOTIFY sluice_runs 'end:<id>', which
+ *                                             wakes waiting callers and the callback dispatcher
+ *   agent_runs_queue_callback (010)           live -> final, with a callback_url: one
+ *                                             callback_deliveries row (one per run, ever)
+ *   agent_runs_queue_callback_on_insert (010) born final, with a callback_url: the same (no
+ *                                             path here writes a run born final)
+ *   agent_runs_thread_released (011)          live -> final, with a thread: frees the thread if
+ *                                             this run holds it; NOTIFY 'thread:<id>'
+ *   agent_runs_admission_insert (015)         insert: counts the run in its set
+ *   agent_runs_admission_update (015)         any status change: moves the run between sets
+ *   agent_runs_admission_delete (015)         delete (retention): takes it out of its set
+ *
+ * The sets are `sluice_admission_set(class, status)`: `active` (default class, queued or
+ * running), `scheduled` (default class, scheduled), `deferred` (deferred class, queued or
+ * scheduled); admission_counters keeps their counts per tenant and project (see caps.ts).
+ *
+ * On each final state those do the same, and the counters depend on the state left:
+ *
+ *                      succeeded                failed                   canceled
+ *   end:<id>           yes                      yes                      yes
+ *   callback row       yes (callback_url)       yes (callback_url)       yes (callback_url)
+ *   thread             freed; finishRun has     freed, nothing appended  freed, nothing appended
+ *                      appended the messages
+ *   counters           leaves `active` (default class from queued or running), `scheduled`
+ *                      (default from scheduled) or `deferred` (deferred from queued or
+ *                      scheduled); from requires_action, or deferred from running, none
+ *
+ * Moves between live states change the counters too: promotion takes a default-class run from
+ * `scheduled` to `active`, a claim takes a deferred run out of `deferred`, a pause takes one out
+ * of `active` and its resume puts it back. `pauseRun` sends 'end:<id>' itself, since waiting
+ * callers have their answer though the run is not final.
  *
  * A canceled run that is still executing somewhere keeps counting for its caps until the
  * process executing it confirms, so cancelling through another server frees nothing early.
@@ -19,36 +90,342 @@
  * provider slot and no place in the tenant's concurrency cap (which counts queued and running
  * runs), but it keeps its thread, and it is not final (no callback until it ends).
  */
-export const runStatuses = [
-  'scheduled',
-  'queued',
-  'running',
-  'requires_action',
-  'succeeded',
-  'failed',
-  'canceled',
-] as const;
-export type RunStatus = (typeof runStatuses)[number];
 
-export const finalStatuses = ['succeeded', 'failed', 'canceled'] as const satisfies readonly RunStatus[];
-export type FinalStatus = (typeof finalStatuses)[number];
+/** Rows one pass of upkeep moves at most, so a pass is a short transaction whatever the backlog. */
+export const BATCH = 500;
 
-export const isFinal = (status: string): status is FinalStatus =>
-  (finalStatuses as readonly string[]).includes(status);
+// ── Birth ────────────────────────────────────────────────────────────────────────────────
 
-/** A waiting caller has its answer: the run ended, or it waits for a person. */
-export const isSettled = (status: string): boolean => isFinal(status) || status === 'requires_action';
+/** The state an admitted run is written in. */
+export function bornStatus(run: Pick<NewRun, 'schedule' | 'mode'>): RunStatus {
+  if (run.schedule !== undefined) return 'scheduled';
+  return run.mode === 'inline' ? 'running' : 'queued';
+}
 
-/** States a cancel ends at once: nothing is executing them. */
-export const cancelableAtOnce = [
-  'scheduled',
-  'queued',
-  'requires_action',
-] as const satisfies readonly RunStatus[];
+async function insertChunks(tx: SqlClient, chunks: string[]): Promise<RunRow[]> {
+  const rows: RunRow[] = [];
+  for (const chunk of chunks) {
+    const inserted = await tx.query<RunRow>(
+      `SELECT ${full} FROM sluice_insert_runs($1::jsonb) AS agent_runs`,
+      [chunk],
+    );
+    rows.push(...inserted.rows);
+  }
+  return rows;
+}
 
-/** Why a run failed, as `error.type`. */
-export type FailureType =
-  'agent_error' | 'timeout' | 'max_duration_exceeded' | 'worker_lost' | 'interrupted' | 'expired';
+/**
+ * Inserts admitted runs (one admission batch: one round trip for all of them, unless they are
+ * large), inside the admission transaction. Rows come back in the order given.
+ */
+export async function insertRuns(tx: SqlClient, runs: { who: Principal; run: NewRun }[]): Promise<RunRow[]> {
+  const { ids, chunks } = runDocuments(runs, bornStatus);
+  return inOrder(ids, await insertChunks(tx, chunks));
+}
 
-export const runClasses = ['default', 'deferred'] as const;
-export type RunClass = (typeof runClasses)[number];
+/** Inserts one admitted run (inside the admission transaction). */
+export async function insertRun(tx: SqlClient, who: Principal, run: NewRun): Promise<RunRow> {
+  return (await insertRuns(tx, [{ who, run }]))[0]!;
+}
+
+/**
+ * Inserts a batch decided from a plain read, unless a count has risen past what the batch
+ * allows: then nothing is written and the result is undefined (the caller decides again under
+ * the lock). One statement takes the tenant's lock, checks and inserts; it runs inside a
+ * transaction (BEGIN, it, COMMIT) and not on its own: a statement sent alone commits on the
+ * server even when the connection drops while it waits for the lock, and its caller, told it
+ * failed, would try again and make the run twice. READ COMMITTED is stated by the transaction
+ * too: the check must read what committed while the statement waited for the lock.
+ */
+export async function admitDecided(
+  db: Database,
+  tenant: string,
+  highest: HighestCounts[],
+  runs: { who: Principal; run: NewRun }[],
+): Promise<RunRow[] | undefined> {
+  const { ids, chunks } = runDocuments(runs, bornStatus);
+  return db.transaction(async (tx) => {
+    const first = await tx.query<RunRow>(
+      `SELECT ${full} FROM sluice_admit_runs($1::text, $2::jsonb, $3::jsonb) AS agent_runs`,
+      [tenant, JSON.stringify(highest), chunks[0]],
+    );
+    if (first.rows.length === 0) return undefined;
+    return inOrder(ids, [...first.rows, ...(await insertChunks(tx, chunks.slice(1)))]);
+  });
+}
+
+// ── Into the queue, and out of it ────────────────────────────────────────────────────────
+
+/**
+ * Moves due scheduled deferred runs to their queue: their place in the deferred queue was
+ * counted when they were accepted, so no cap is asked. Returns how many moved.
+ */
+export async function promoteDueDeferred(db: Database): Promise<number> {
+  const moved = await db.query<{ id: string }>(
+    `UPDATE agent_runs SET status = 'queued'
+     WHERE id IN (SELECT id FROM agent_runs WHERE status = 'scheduled' AND class = 'deferred'
+                    AND scheduled_for <= clock_timestamp()
+                  ORDER BY scheduled_for LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)
+     RETURNING id`,
+  );
+  return moved.rows.length;
+}
+
+/** Moves scheduled runs the caller chose (under the tenant's admission lock, see scheduler.ts). */
+export async function queueScheduled(tx: SqlClient, ids: string[]): Promise<void> {
+  if (ids.length === 0) return;
+  await tx.query(
+    `UPDATE agent_runs SET status = 'queued' WHERE id = ANY($1::text[]) AND status = 'scheduled'`,
+    [ids],
+  );
+}
+
+/** Marks a claimed run running for `worker` (inside the claim's transaction, row locked). */
+export async function startRun(tx: SqlClient, id: string, worker: string): Promise<RunRow> {
+  return (
+    await tx.query<RunRow>(
+      `UPDATE agent_runs SET status = 'running', worker = $1::text, started_at = clock_timestamp()
+       WHERE id = $2::text RETURNING ${full}`,
+      [worker, id],
+    )
+  ).rows[0]!;
+}
+
+/**
+ * Deferred runs still queued, and scheduled runs still not started, `maxWaitMs` after they
+ * became due end failed with `expired`. In batches, so one pass never rewrites a whole backlog.
+ */
+export async function expireRuns(db: Database, maxWaitMs: number): Promise<number> {
+  const result = await db.query<{ id: string }>(
+    `UPDATE agent_runs SET status = 'failed', finished_at = clock_timestamp(),
+       error = jsonb_build_object('type', 'expired', 'message', 'the run was not started within AGENT_DEFERRED_MAX_WAIT_MS')
+     WHERE id IN (SELECT id FROM agent_runs
+                  -- A resumed run (approvals given) is accepted work: it never expires.
+                  WHERE ((status = 'queued' AND class = 'deferred' AND approvals IS NULL) OR status = 'scheduled')
+                    AND coalesce(scheduled_for, created_at) < clock_timestamp() - $1::float8 * interval '1 millisecond'
+                  LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)
+     RETURNING id`,
+    [maxWaitMs],
+  );
+  return result.rows.length;
+}
+
+// ── The end of a run its process executes ────────────────────────────────────────────────
+
+export interface Outcome {
+  status: FinalStatus;
+  output?: unknown;
+  error?: { type: FailureType | string; message: string };
+  usage?: unknown;
+  /** What a successful run of a thread adds to it. */
+  threadMessages?: { role: string; content: unknown }[];
+}
+
+/**
+ * Ends a run this process is executing. Fenced by the worker: a run another process declared
+ * lost (or that was canceled and confirmed) is left as it is, and undefined comes back.
+ */
+export async function finishRun(
+  db: Database,
+  id: string,
+  worker: string,
+  outcome: Outcome,
+): Promise<RunRow | undefined> {
+  // A successful run of a thread appends its messages in the same statement: the thread never
+  // shows a run succeeded without its answer, nor an answer of a run that did not.
+  return (
+    await db.query<RunRow>(
+      `WITH done AS (
+         UPDATE agent_runs SET status = $3::text, output = $4::jsonb, error = $5::jsonb, usage = $6::jsonb,
+           finished_at = clock_timestamp()
+         WHERE id = $1::text AND status = 'running' AND worker = $2::text RETURNING ${full}),
+       appended AS (
+         INSERT INTO thread_messages (thread_id, role, content, run_id)
+         SELECT d.thread_id, m.value ->> 'role', m.value -> 'content', d.id
+         FROM done d, jsonb_array_elements($7::jsonb) WITH ORDINALITY AS m(value, n)
+         WHERE d.thread_id IS NOT NULL AND d.status = 'succeeded' ORDER BY m.n)
+       SELECT * FROM done`,
+      [
+        id,
+        worker,
+        outcome.status,
+        toJsonb(outcome.output),
+        toJsonb(outcome.error),
+        toJsonb(outcome.usage),
+        toJsonb(outcome.threadMessages ?? []),
+      ],
+    )
+  ).rows[0];
+}
+
+// ── Waiting for a person ─────────────────────────────────────────────────────────────────
+
+/** What a run that paused writes. */
+export interface Pause {
+  status: 'requires_action';
+  pending: PendingToolCall[];
+  state: PausedState;
+  usage?: unknown;
+}
+
+/**
+ * Pauses a run this process executes: no worker from now on, the pending calls shown, the
+ * paused state kept. Its thread stays held for as long as it waits (a lease without end: no
+ * process renews it, and cancel or the run's end frees it). Waiting callers are woken, as a
+ * run that needs a person has answered them for now.
+ */
+export async function pauseRun(
+  db: Database,
+  id: string,
+  worker: string,
+  pause: Pause,
+): Promise<RunRow | undefined> {
+  const requiredAction = {
+    type: 'approve_tool_calls',
+    tool_calls: pause.pending.map((c) => ({ id: c.id, name: c.name, arguments: c.arguments })),
+  };
+  const paused = (
+    await db.query<RunRow>(
+      // A cancel asked for from another process that this one has not acted on yet wins: the
+      // run ends canceled rather than wait for a person who could then approve the call.
+      `WITH paused AS (
+         UPDATE agent_runs SET
+           status = CASE WHEN cancel_requested_at IS NULL THEN 'requires_action' ELSE 'canceled' END,
+           finished_at = CASE WHEN cancel_requested_at IS NULL THEN finished_at ELSE clock_timestamp() END,
+           worker = NULL,
+           required_action = CASE WHEN cancel_requested_at IS NULL THEN $3::jsonb END,
+           paused_state = CASE WHEN cancel_requested_at IS NULL THEN $4::jsonb END,
+           approvals = NULL, usage = $5::jsonb
+         WHERE id = $1::text AND status = 'running' AND worker = $2::text RETURNING ${full}),
+       kept AS (
+         UPDATE threads SET lock_expires_at = 'infinity'
+         WHERE active_run_id = $1::text AND EXISTS (SELECT 1 FROM paused WHERE status = 'requires_action')
+         RETURNING id)
+       SELECT * FROM paused`,
+      [id, worker, toJsonb(requiredAction), toJsonb(pause.state), toJsonb(pause.usage)],
+    )
+  ).rows[0];
+  // Callers waiting on other processes re-read the run ('end' wakes them; it is not final).
+  if (paused)
+    await db.query(`SELECT pg_notify('sluice_runs', 'end:' || $1::text)`, [id]).catch(() => undefined);
+  return paused;
+}
+
+/**
+ * Moves a paused run back to the queue with its answers (compare-and-set on `requires_action`
+ * and on the pending calls the answers were checked against: undefined when it was not paused
+ * any more, e.g. another resume came first, or when it paused again since, on calls a person
+ * has not seen; models reuse call ids, so an id match alone proves nothing). It keeps its
+ * place in the queue (its admission order) and its thread, and passes no admission check:
+ * it is work that was accepted already. The answers are checked by approvals.ts first.
+ */
+export async function resumeRun(
+  db: Database,
+  tenant: string,
+  id: string,
+  approvals: readonly object[],
+  checked: RunRow['required_action'],
+): Promise<RunRow | undefined> {
+  return (
+    await db.query<RunRow>(
+      `UPDATE agent_runs SET status = 'queued', mode = 'queued', worker = NULL, required_action = NULL,
+         approvals = $3::jsonb
+       WHERE id = $1::text AND tenant = $2::text AND status = 'requires_action'
+         AND required_action = $4::jsonb
+       RETURNING ${full}`,
+      [id, tenant, toJsonb(approvals), toJsonb(checked)],
+    )
+  ).rows[0];
+}
+
+// ── Cancel ───────────────────────────────────────────────────────────────────────────────
+
+/** Cancels a run nothing executes (scheduled, queued, paused); undefined when it is in no such state. */
+export async function cancelNotStarted(
+  db: Database,
+  tenant: string,
+  id: string,
+): Promise<RunRow | undefined> {
+  return (
+    await db.query<RunRow>(
+      `UPDATE agent_runs SET status = 'canceled', finished_at = clock_timestamp()
+       WHERE id = $1::text AND tenant = $2::text AND status IN (${sqlList(cancelableAtOnce)})
+       RETURNING ${full}`,
+      [id, tenant],
+    )
+  ).rows[0];
+}
+
+/**
+ * Asks the process executing a running run to stop it, and wakes that process at once
+ * (NOTIFY 'cancel:<id>'); it also finds the request on its next look at its own runs.
+ * Returns the executing worker, or undefined when the run is not running. The status does not
+ * change here: the run ends canceled when its process stops it (finishRun, endOrphanedRuns).
+ */
+export async function requestCancel(db: Database, tenant: string, id: string): Promise<string | undefined> {
+  return (
+    await db.query<{ worker: string }>(
+      `WITH asked AS (
+         UPDATE agent_runs SET cancel_requested_at = coalesce(cancel_requested_at, clock_timestamp())
+         WHERE id = $1::text AND tenant = $2::text AND status = 'running' RETURNING id, worker)
+       SELECT worker, pg_notify('sluice_runs', 'cancel:' || id) FROM asked`,
+      [id, tenant],
+    )
+  ).rows[0]?.worker;
+}
+
+// ── Runs their process lost ──────────────────────────────────────────────────────────────
+
+/**
+ * Ends runs whose process stopped heartbeating `staleMs` ago (or never registered): failed,
+ * `worker_lost`. They are never run again: they may already have had side effects.
+ */
+export async function failLostRuns(db: Database, staleMs: number): Promise<number> {
+  const result = await db.query<{ id: string }>(
+    `UPDATE agent_runs r SET status = 'failed', finished_at = clock_timestamp(),
+       error = jsonb_build_object('type', 'worker_lost', 'message', 'the server running this run stopped before it finished')
+     WHERE r.status = 'running' AND NOT EXISTS (
+       SELECT 1 FROM server_nodes n WHERE n.id = r.worker
+         AND n.heartbeat_at > clock_timestamp() - $1::float8 * interval '1 millisecond')
+     RETURNING r.id`,
+    [staleMs],
+  );
+  return result.rows.length;
+}
+
+/** Runs of this process that did not finish within the drain time: failed, `interrupted`. */
+export async function interruptRuns(db: Database, node: string, ids: string[]): Promise<string[]> {
+  const result = await db.query<{ id: string }>(
+    `UPDATE agent_runs SET status = 'failed', finished_at = clock_timestamp(),
+       error = jsonb_build_object('type', 'interrupted', 'message', 'the server stopped before this run finished; start it again')
+     WHERE status = 'running' AND worker = $1::text AND id = ANY($2::text[]) RETURNING id`,
+    [node, ids],
+  );
+  return result.rows.map((r) => r.id);
+}
+
+/**
+ * Ends this process's own `running` rows that it no longer executes: a run it stopped while its
+ * heartbeat was failing, or whose end it could not record while the database was away. Nobody
+ * else would end them (this process heartbeats again), and they would hold their tenant's cap.
+ * A run asked to cancel ends `canceled`, any other `failed` / `worker_lost`. Rows younger than
+ * `graceMs` are left alone: an inline run is written a moment before it starts executing.
+ */
+export async function endOrphanedRuns(
+  db: Database,
+  node: string,
+  executing: string[],
+  graceMs: number,
+): Promise<number> {
+  const result = await db.query<{ id: string }>(
+    `UPDATE agent_runs SET finished_at = clock_timestamp(),
+       status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'canceled' ELSE 'failed' END,
+       error = CASE WHEN cancel_requested_at IS NOT NULL THEN NULL ELSE jsonb_build_object('type', 'worker_lost',
+         'message', 'the server running this run lost it (its database was away) before it finished') END
+     WHERE status = 'running' AND worker = $1::text AND NOT (id = ANY($2::text[]))
+       AND started_at < clock_timestamp() - $3::float8 * interval '1 millisecond'
+     RETURNING id`,
+    [node, executing, graceMs],
+  );
+  return result.rows.length;
+}

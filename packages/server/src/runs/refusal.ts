@@ -1,4 +1,4 @@
-import type { RunClass } from './lifecycle.js';
+import type { RunClass } from './states.js';
 
 /** Why a run was not admitted. The HTTP layer turns each into its 429 (see http/errors.ts). */
 export type Refusal =

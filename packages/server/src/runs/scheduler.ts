@@ -1,30 +1,22 @@
 import type { Database } from '@sluice/postgres/database';
-import { overCap } from './admission-counts.js';
+import { capLevels, lockTenantAdmission } from './admission-counts.js';
+import { firstFull, hasRoom } from './caps.js';
+import { BATCH, promoteDueDeferred, queueScheduled } from './lifecycle.js';
 import type { TenantLimits } from './policy.js';
-
-/** Rows one pass moves at most, so a pass is a short transaction whatever the backlog. */
-export const BATCH = 500;
 
 /**
  * Moves due scheduled runs to their queues. Deferred ones go at once (their place in the
  * deferred queue was counted when they were accepted). Default-class ones go tenant by tenant,
  * each in its own short transaction under that tenant's admission lock, only while the tenant
- * and the run's project are under the default-class cap. A tenant at its cap therefore holds
- * back only its own runs, never another tenant's; and since one transaction takes one tenant's
- * lock, two processes promoting at once cannot deadlock. Returns how many runs moved.
+ * and the run's project have room under the default-class cap. A tenant at its cap therefore
+ * holds back only its own runs, never another tenant's; and since one transaction takes one
+ * tenant's lock, two processes promoting at once cannot deadlock. Returns how many runs moved.
  */
 export async function promoteDueRuns(
   db: Database,
   limitsFor: (tenant: string) => TenantLimits,
 ): Promise<number> {
-  const deferred = await db.query<{ id: string }>(
-    `UPDATE agent_runs SET status = 'queued'
-     WHERE id IN (SELECT id FROM agent_runs WHERE status = 'scheduled' AND class = 'deferred'
-                    AND scheduled_for <= clock_timestamp()
-                  ORDER BY scheduled_for LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)
-     RETURNING id`,
-  );
-  let promoted = deferred.rows.length;
+  let promoted = await promoteDueDeferred(db);
   const tenants = (
     await db.query<{ tenant: string }>(
       `SELECT DISTINCT tenant FROM agent_runs
@@ -36,9 +28,34 @@ export async function promoteDueRuns(
   return promoted;
 }
 
+/**
+ * Of a tenant's due runs (in due order), those that enter the default-class cap now: each while
+ * the tenant and its project have room (caps.ts), counting the ones chosen before it. A full
+ * tenant ends the pass; a full project only skips its own runs.
+ */
+export function choosePromotions(
+  due: readonly { id: string; project: string }[],
+  active: ReadonlyMap<string, number>,
+  limits: TenantLimits,
+): string[] {
+  const counts = new Map(active);
+  let tenant = [...counts.values()].reduce((a, n) => a + n, 0);
+  const moving: string[] = [];
+  for (const run of due) {
+    const project = counts.get(run.project) ?? 0;
+    const full = firstFull(capLevels('active', limits, { tenant, project }));
+    if (full?.scope === 'tenant') break;
+    if (full) continue;
+    moving.push(run.id);
+    tenant++;
+    counts.set(run.project, project + 1);
+  }
+  return moving;
+}
+
 async function promoteTenant(db: Database, tenant: string, limits: TenantLimits): Promise<number> {
   return db.transaction(async (tx) => {
-    await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [`sluice:tenant:${tenant}`]);
+    await lockTenantAdmission(tx, tenant);
     // The tenant's active default-class runs per project, counted once. Projects at their cap
     // are left out of the due rows inside the query, so a full project's backlog never hides
     // another project's due runs behind the batch limit.
@@ -51,12 +68,9 @@ async function promoteTenant(db: Database, tenant: string, limits: TenantLimits)
         )
       ).rows.map((r) => [r.project, r.n]),
     );
-    let tenantCount = [...active.values()].reduce((a, n) => a + n, 0);
-    if (overCap(limits, { tenant: tenantCount, project: 0 })?.scope === 'tenant') return 0;
-    const full =
-      limits.activePerProject > 0
-        ? [...active].filter(([, n]) => n >= limits.activePerProject).map(([p]) => p)
-        : [];
+    const tenantCount = [...active.values()].reduce((a, n) => a + n, 0);
+    if (!hasRoom(tenantCount, limits.activePerTenant)) return 0;
+    const full = [...active].filter(([, n]) => !hasRoom(n, limits.activePerProject)).map(([p]) => p);
     const due = (
       await tx.query<{ id: string; project: string }>(
         `SELECT id, project FROM agent_runs
@@ -66,38 +80,8 @@ async function promoteTenant(db: Database, tenant: string, limits: TenantLimits)
         [tenant, full],
       )
     ).rows;
-    const moving: string[] = [];
-    for (const run of due) {
-      const project = active.get(run.project) ?? 0;
-      const over = overCap(limits, { tenant: tenantCount, project });
-      if (over?.scope === 'tenant') break;
-      if (over) continue;
-      moving.push(run.id);
-      tenantCount++;
-      active.set(run.project, project + 1);
-    }
-    if (moving.length > 0) {
-      await tx.query(`UPDATE agent_runs SET status = 'queued' WHERE id = ANY($1::text[])`, [moving]);
-    }
+    const moving = choosePromotions(due, active, limits);
+    await queueScheduled(tx, moving);
     return moving.length;
   });
-}
-
-/**
- * Deferred runs still queued, and scheduled runs still not started, `maxWaitMs` after they
- * became due end failed with `expired`. In batches, so one pass never rewrites a whole backlog.
- */
-export async function expireRuns(db: Database, maxWaitMs: number): Promise<number> {
-  const result = await db.query<{ id: string }>(
-    `UPDATE agent_runs SET status = 'failed', finished_at = clock_timestamp(),
-       error = jsonb_build_object('type', 'expired', 'message', 'the run was not started within AGENT_DEFERRED_MAX_WAIT_MS')
-     WHERE id IN (SELECT id FROM agent_runs
-                  -- A resumed run (approvals given) is accepted work: it never expires.
-                  WHERE ((status = 'queued' AND class = 'deferred' AND approvals IS NULL) OR status = 'scheduled')
-                    AND coalesce(scheduled_for, created_at) < clock_timestamp() - $1::float8 * interval '1 millisecond'
-                  LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)
-     RETURNING id`,
-    [maxWaitMs],
-  );
-  return result.rows.length;
 }

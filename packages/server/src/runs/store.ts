@@ -1,12 +1,12 @@
 import type { Database, SqlClient } from '@sluice/postgres/database';
-import type { Principal } from '../store/tokens.js';
-import { toJsonb } from './json.js';
-import type { FailureType, FinalStatus, RunClass, RunStatus } from './lifecycle.js';
+import { finalStatuses, sqlList, type RunClass, type RunStatus } from './states.js';
 import { randomId } from '../store/ids.js';
 
 /**
- * Every SQL statement of the run store. Times are read in the database's clock
- * (`clock_timestamp()`), so several server processes agree on due times and expiry.
+ * The run row and the statements that read runs: one run, a page, the admission counters, the
+ * queue figures. Statements that move a run from one state to another are in lifecycle.ts. Times
+ * are read in the database's clock (`clock_timestamp()`), so several server processes agree on
+ * due times and expiry.
  */
 
 export interface RunRow {
@@ -109,125 +109,6 @@ export interface NewRun {
 
 export const newRunId = () => randomId('run_', 12);
 
-/** Inserts an admitted run (inside the admission transaction). */
-export async function insertRun(tx: SqlClient, who: Principal, run: NewRun): Promise<RunRow> {
-  return (await insertRuns(tx, [{ who, run }]))[0]!;
-}
-
-/** A run as `sluice_insert_runs` takes it (sql/016_admission_fast_path.sql): absent keys are NULL. */
-function runDocument(who: Principal, run: NewRun): Record<string, unknown> {
-  const scheduled = run.schedule !== undefined;
-  return {
-    id: run.id,
-    tenant: who.tenant,
-    project: who.project,
-    user_id: who.user,
-    agent: run.agent,
-    class: run.class,
-    mode: run.mode,
-    status: scheduled ? 'scheduled' : run.mode === 'inline' ? 'running' : 'queued',
-    input: run.input,
-    metadata: run.metadata,
-    worker: run.worker,
-    at_ms: run.schedule && 'atMs' in run.schedule ? run.schedule.atMs : undefined,
-    delay_ms: run.schedule && 'delayMs' in run.schedule ? run.schedule.delayMs : undefined,
-    callback_url: run.callbackUrl,
-    thread_id: run.threadId,
-    config: run.config,
-    api_request: run.apiRequest,
-  };
-}
-
-/**
- * The most JSON text one statement carries. A batch of large runs (each within the request
- * limits) would otherwise pass V8's longest string or PostgreSQL's jsonb size limit, and fail
- * every run batched with them; past this size a batch is written by several statements.
- */
-export const MAX_STATEMENT_JSON_CHARS = 32 * 2 ** 20;
-
-/**
- * The batch as jsonb arrays of at most MAX_STATEMENT_JSON_CHARS each (one run larger than that
- * goes alone); the runs given an id if they have none.
- */
-function runDocuments(runs: { who: Principal; run: NewRun }[]): { ids: string[]; chunks: string[] } {
-  const ids = runs.map(({ run }) => run.id ?? newRunId());
-  const chunks: string[] = [];
-  let current: string[] = [];
-  let size = 0;
-  runs.forEach(({ who, run }, i) => {
-    const json = toJsonb(runDocument(who, { ...run, id: ids[i] }))!;
-    if (current.length > 0 && size + json.length > MAX_STATEMENT_JSON_CHARS) {
-      chunks.push(`[${current.join(',')}]`);
-      current = [];
-      size = 0;
-    }
-    current.push(json);
-    size += json.length + 1;
-  });
-  if (current.length > 0) chunks.push(`[${current.join(',')}]`);
-  return { ids, chunks };
-}
-
-const inOrder = (ids: string[], rows: RunRow[]) => {
-  const byId = new Map(rows.map((row) => [row.id, row]));
-  return ids.map((id) => byId.get(id)!);
-};
-
-async function insertChunks(tx: SqlClient, chunks: string[]): Promise<RunRow[]> {
-  const rows: RunRow[] = [];
-  for (const chunk of chunks) {
-    const inserted = await tx.query<RunRow>(
-      `SELECT ${full} FROM sluice_insert_runs($1::jsonb) AS agent_runs`,
-      [chunk],
-    );
-    rows.push(...inserted.rows);
-  }
-  return rows;
-}
-
-/**
- * Inserts admitted runs (one admission batch: one round trip for all of them, unless they are
- * large). Rows come back in the order given.
- */
-export async function insertRuns(tx: SqlClient, runs: { who: Principal; run: NewRun }[]): Promise<RunRow[]> {
-  const { ids, chunks } = runDocuments(runs);
-  return inOrder(ids, await insertChunks(tx, chunks));
-}
-
-/** The most a counter row's counts may be for a batch to fit; null: that count has no cap. */
-export interface HighestCounts {
-  project: string;
-  active: number | null;
-  scheduled: number | null;
-  deferred: number | null;
-}
-
-/**
- * Inserts a batch decided from a plain read, unless a count has risen past what the batch
- * allows: then nothing is written and the result is undefined (the caller decides again under
- * the lock). One statement takes the tenant's lock, checks and inserts; it runs inside a
- * transaction (BEGIN, it, COMMIT) and not on its own: a statement sent alone commits on the
- * server even when the connection drops while it waits for the lock, and its caller, told it
- * failed, would try again and make the run twice. READ COMMITTED is stated by the transaction
- * too: the check must read what committed while the statement waited for the lock.
- */
-export async function admitDecided(
-  db: Database,
-  tenant: string,
-  highest: HighestCounts[],
-  runs: { who: Principal; run: NewRun }[],
-): Promise<RunRow[] | undefined> {
-  const { ids, chunks } = runDocuments(runs);
-  return db.transaction(async (tx) => {
-    const first = await tx.query<RunRow>(
-      `SELECT ${full} FROM sluice_admit_runs($1::text, $2::jsonb, $3::jsonb) AS agent_runs`,
-      [tenant, JSON.stringify(highest), chunks[0]],
-    );
-    if (first.rows.length === 0) return undefined;
-    return inOrder(ids, [...first.rows, ...(await insertChunks(tx, chunks.slice(1)))]);
-  });
-}
-
 /** A tenant's admission counters (see sql/015_admission_counters.sql); project '' is the whole tenant. */
 export interface AdmissionCounters {
   project: string;
@@ -314,85 +195,6 @@ export async function listRuns(
   ).rows;
 }
 
-export interface Outcome {
-  status: FinalStatus;
-  output?: unknown;
-  error?: { type: FailureType | string; message: string };
-  usage?: unknown;
-  /** What a successful run of a thread adds to it. */
-  threadMessages?: { role: string; content: unknown }[];
-}
-
-/**
- * Ends a run this process is executing. Fenced by the worker: a run another process declared
- * lost (or that was canceled and confirmed) is left as it is, and undefined comes back.
- */
-export async function finishRun(
-  db: Database,
-  id: string,
-  worker: string,
-  outcome: Outcome,
-): Promise<RunRow | undefined> {
-  // A successful run of a thread appends its messages in the same statement: the thread never
-  // shows a run succeeded without its answer, nor an answer of a run that did not.
-  return (
-    await db.query<RunRow>(
-      `WITH done AS (
-         UPDATE agent_runs SET status = $3::text, output = $4::jsonb, error = $5::jsonb, usage = $6::jsonb,
-           finished_at = clock_timestamp()
-         WHERE id = $1::text AND status = 'running' AND worker = $2::text RETURNING ${full}),
-       appended AS (
-         INSERT INTO thread_messages (thread_id, role, content, run_id)
-         SELECT d.thread_id, m.value ->> 'role', m.value -> 'content', d.id
-         FROM done d, jsonb_array_elements($7::jsonb) WITH ORDINALITY AS m(value, n)
-         WHERE d.thread_id IS NOT NULL AND d.status = 'succeeded' ORDER BY m.n)
-       SELECT * FROM done`,
-      [
-        id,
-        worker,
-        outcome.status,
-        toJsonb(outcome.output),
-        toJsonb(outcome.error),
-        toJsonb(outcome.usage),
-        toJsonb(outcome.threadMessages ?? []),
-      ],
-    )
-  ).rows[0];
-}
-
-/** Cancels a run nothing executes (scheduled, queued, paused); undefined when it is in no such state. */
-export async function cancelNotStarted(
-  db: Database,
-  tenant: string,
-  id: string,
-): Promise<RunRow | undefined> {
-  return (
-    await db.query<RunRow>(
-      `UPDATE agent_runs SET status = 'canceled', finished_at = clock_timestamp()
-       WHERE id = $1::text AND tenant = $2::text AND status IN ('scheduled', 'queued', 'requires_action')
-       RETURNING ${full}`,
-      [id, tenant],
-    )
-  ).rows[0];
-}
-
-/**
- * Asks the process executing a running run to stop it, and wakes that process at once
- * (NOTIFY 'cancel:<id>'); it also finds the request on its next look at its own runs.
- * Returns the executing worker, or undefined when the run is not running.
- */
-export async function requestCancel(db: Database, tenant: string, id: string): Promise<string | undefined> {
-  return (
-    await db.query<{ worker: string }>(
-      `WITH asked AS (
-         UPDATE agent_runs SET cancel_requested_at = coalesce(cancel_requested_at, clock_timestamp())
-         WHERE id = $1::text AND tenant = $2::text AND status = 'running' RETURNING id, worker)
-       SELECT worker, pg_notify('sluice_runs', 'cancel:' || id) FROM asked`,
-      [id, tenant],
-    )
-  ).rows[0]?.worker;
-}
-
 /**
  * Of the runs this process executes, those it must stop: canceled from elsewhere, or no longer
  * its own (declared `worker_lost` by a peer, or ended by someone else).
@@ -417,7 +219,7 @@ export async function runsToStop(
 export async function endedAmong(db: Database, ids: string[]): Promise<string[]> {
   return (
     await db.query<{ id: string }>(
-      `SELECT id FROM agent_runs WHERE id = ANY($1::text[]) AND status IN ('succeeded', 'failed', 'canceled')`,
+      `SELECT id FROM agent_runs WHERE id = ANY($1::text[]) AND status IN (${sqlList(finalStatuses)})`,
       [ids],
     )
   ).rows.map((r) => r.id);

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { PausedState } from 'sluice';
 import type { ProviderStandIn } from '@sluice/testkit';
-import { checkApprovals, pauseRun, resumeRun } from '../../src/runs/approvals.js';
+import { checkApprovals } from '../../src/runs/approvals.js';
+import { pauseRun, resumeRun } from '../../src/runs/lifecycle.js';
 import { getRun } from '../../src/runs/store.js';
 import { until, type Body } from '../helpers.js';
 import { openStream } from '../held/sse.js';

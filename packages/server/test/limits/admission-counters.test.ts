@@ -1,18 +1,19 @@
 import type { Database } from '@sluice/postgres/database';
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from 'sluice/concurrency';
-import { failLostRuns, interruptRuns } from '../../src/node/nodes.js';
 import { admitRun, RECONCILE_EVERY_MS, type Admission } from '../../src/runs/admission.js';
 import { claimDefaultRun } from '../../src/runs/claims.js';
-import { expireRuns, promoteDueRuns } from '../../src/runs/scheduler.js';
 import {
   admitDecided,
   cancelNotStarted,
+  expireRuns,
+  failLostRuns,
   finishRun,
   insertRuns,
-  newRunId,
-  type NewRun,
-} from '../../src/runs/store.js';
+  interruptRuns,
+} from '../../src/runs/lifecycle.js';
+import { promoteDueRuns } from '../../src/runs/scheduler.js';
+import { newRunId, type NewRun } from '../../src/runs/store.js';
 import { freshDatabase, postgres, until } from '../helpers.js';
 import { limits, who, run, openDb } from './admission-fixtures.js';
 

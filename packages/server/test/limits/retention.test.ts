@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { expect, it } from 'vitest';
 import { openStore, type Store } from '@sluice/server';
 import { pruneNodes } from '../../src/node/nodes.js';
-import { BATCH, expireRuns } from '../../src/runs/scheduler.js';
+import { BATCH, expireRuns } from '../../src/runs/lifecycle.js';
 import { afterThisTest } from '../helpers.js';
 
 async function embeddedStore(): Promise<Store> {

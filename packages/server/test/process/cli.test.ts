@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { openStore } from '@sluice/server';
 import { startProviderStandIn } from '@sluice/testkit';
-import { insertRun } from '../../src/runs/store.js';
+import { insertRun } from '../../src/runs/lifecycle.js';
 import { afterThisTest, postgres, until } from '../helpers.js';
 import {
   echoConfig,

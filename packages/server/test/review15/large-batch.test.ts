@@ -6,7 +6,8 @@ import { openStore } from '@sluice/server';
 import { requestLimits } from '../../src/http/limits.js';
 import { admitRun, type Admission } from '../../src/runs/admission.js';
 import type { TenantLimits } from '../../src/runs/policy.js';
-import { MAX_STATEMENT_JSON_CHARS, type NewRun } from '../../src/runs/store.js';
+import { MAX_STATEMENT_JSON_CHARS } from '../../src/runs/run-documents.js';
+import type { NewRun } from '../../src/runs/store.js';
 import type { Principal } from '../../src/store/tokens.js';
 import { afterThisTest, freshDatabase, postgres } from '../helpers.js';
 
