@@ -1,0 +1,75 @@
+import type { Database } from '@sluice/postgres/database';
+import { describe, expect, it } from 'vitest';
+import { claimDefaultRun, claimDeferredRun } from '../../src/runs/claims.js';
+import { finishRun, insertRuns } from '../../src/runs/lifecycle.js';
+import type { RunClass } from '../../src/runs/states.js';
+import { freshDatabase, postgres } from '../helpers.js';
+import { openDb, run, who } from '../limits/admission-fixtures.js';
+
+/**
+ * Workers take queued runs in the order they were admitted (`seq`). The claim selects `seq` as
+ * text, so a query that sorted by that text would serve 1, 10, 11, ..., 19, 2, 20: from the tenth
+ * run of a fresh database on, claims would leave arrival order. Two tenants interleaved, so the
+ * order asserted is the one within each tenant as well as the one across them.
+ */
+
+const QUEUED_PER_TENANT = 14;
+
+/** 2 x QUEUED_PER_TENANT queued runs of `cls`, tenants alternating, in one admission order. */
+async function queue(db: Database, cls: RunClass): Promise<{ tenant: string; id: string }[]> {
+  const runs = Array.from({ length: 2 * QUEUED_PER_TENANT }, (_, i) => ({
+    who: who(i % 2 === 0 ? 'ta' : 'tb'),
+    run: run({ class: cls, input: `run ${i}` }),
+  }));
+  const rows = await db.transaction((tx) => insertRuns(tx, runs));
+  return rows.map((row) => ({ tenant: row.tenant, id: row.id }));
+}
+
+const ofTenant = (runs: { tenant: string; id: string }[], tenant: string) =>
+  runs.filter((r) => r.tenant === tenant).map((r) => r.id);
+
+describe.runIf(postgres)('claims serve each queue in admission order', () => {
+  it(`default class: ${2 * QUEUED_PER_TENANT} queued runs are claimed oldest first, within each tenant too`, async () => {
+    const db = await openDb(await freshDatabase());
+    const admitted = await queue(db, 'default');
+    const claimed: { tenant: string; id: string }[] = [];
+    for (let i = 0; i < admitted.length; i++) {
+      const row = await claimDefaultRun(db, 'w1');
+      claimed.push({ tenant: row!.tenant, id: row!.id });
+    }
+    expect(await claimDefaultRun(db, 'w1')).toBeUndefined();
+    expect(ofTenant(claimed, 'ta')).toEqual(ofTenant(admitted, 'ta'));
+    expect(ofTenant(claimed, 'tb')).toEqual(ofTenant(admitted, 'tb'));
+    expect(claimed).toEqual(admitted);
+  });
+
+  it('deferred class, no running cap: claimed oldest first', async () => {
+    const db = await openDb(await freshDatabase());
+    const admitted = await queue(db, 'deferred');
+    const claimed: string[] = [];
+    for (let i = 0; i < admitted.length; i++) claimed.push((await claimDeferredRun(db, 'w1', 0))!.id);
+    expect(claimed).toEqual(admitted.map((r) => r.id));
+  });
+
+  it('deferred class under a running cap of 1: each tenant runs its queue in admission order', async () => {
+    const db = await openDb(await freshDatabase());
+    const admitted = await queue(db, 'deferred');
+    const claimed: { tenant: string; id: string }[] = [];
+    for (;;) {
+      // Two claims while both tenants hold their one place: the second finds nobody with room.
+      const first = await claimDeferredRun(db, 'w1', 1);
+      if (!first) break;
+      const second = await claimDeferredRun(db, 'w1', 1);
+      const third = await claimDeferredRun(db, 'w1', 1);
+      expect(third).toBeUndefined();
+      for (const row of [first, second]) {
+        if (!row) continue;
+        claimed.push({ tenant: row.tenant, id: row.id });
+        await finishRun(db, row.id, 'w1', { status: 'succeeded', output: 'ok' });
+      }
+    }
+    expect(claimed).toHaveLength(admitted.length);
+    expect(ofTenant(claimed, 'ta')).toEqual(ofTenant(admitted, 'ta'));
+    expect(ofTenant(claimed, 'tb')).toEqual(ofTenant(admitted, 'tb'));
+  });
+});
