@@ -12,6 +12,7 @@ export {
   TurnError,
   createConcurrencyLimiter,
   InMemoryConcurrencyLimiter,
+  rateLimitsFromHeaders,
 } from './concurrency/index.js';
 export type {
   AcquireRequest,
@@ -21,6 +22,12 @@ export type {
   ConcurrencyLimiter,
   ConcurrencyLimiterOptions,
   ConcurrencyStats,
+  HeaderSource,
+  ProviderFeedback,
+  ProviderRateLimits,
+  RateLimitWindow,
+  ReleaseDetails,
+  TokenCounts,
   WorkloadOptions,
 } from './concurrency/index.js';
 export { createAgent, Agent } from './agent/agent.js';

@@ -25,6 +25,8 @@ export type {
   ReleaseDetails,
   TokenCounts,
 } from './capacity-types.js';
+export { rateLimitsFromHeaders } from './rate-limit-headers.js';
+export type { HeaderSource } from './rate-limit-headers.js';
 export { acquireSlot } from './slot.js';
 export type { HeldSlot, SlotRequest } from './slot.js';
 export {
