@@ -1,6 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import type { Reply, RequestRecord, StandInRequest } from './types.js';
-import { cutAfterFlush, sendJson, usageOf, writeFault } from './wire.js';
+import { cutAfterFlush, sendJson, sleep, usageOf, writeFault } from './wire.js';
 
 type Block = {
   type: string;
@@ -50,8 +50,6 @@ export function fromAnthropic(body: Record<string, unknown>): StandInRequest['me
   }
   return out;
 }
-
-const sleep = (ms: number) => (ms > 0 ? new Promise((r) => setTimeout(r, ms)) : Promise.resolve());
 
 /** Writes a reply in the Anthropic Messages wire protocol. */
 export async function respondAnthropic(

@@ -7,7 +7,15 @@
  * where it matters: at the provider.
  */
 export { startProviderStandIn } from './stand-in.js';
-export type { ProviderStandIn, Reply, StandInOptions, StandInRequest, RequestRecord } from './types.js';
+export type {
+  LimitName,
+  ProviderStandIn,
+  Reply,
+  RequestRecord,
+  StandInLimits,
+  StandInOptions,
+  StandInRequest,
+} from './types.js';
 export { echo, replies, toolThenAnswer } from './replies.js';
 export { until } from './until.js';
 export type { UntilOptions } from './until.js';

@@ -47,10 +47,24 @@ export interface RequestRecord {
   readonly stream: boolean;
   readonly messageCount: number;
   status: number | undefined;
+  /** Which of the account's limits refused the request with a 429; undefined when none did. */
+  rateLimited?: LimitName | undefined;
   /** The client closed the connection before the response was complete. */
   aborted: boolean;
   done: boolean;
 }
+
+/** The limits of a provider account (see `StandInOptions.limits`); each is optional. */
+export interface StandInLimits {
+  /** Requests answered at once. */
+  maxConcurrent?: number;
+  requestsPerMinute?: number;
+  /** Prompt plus output tokens per minute. */
+  tokensPerMinute?: number;
+}
+
+/** The limit that refused a request. */
+export type LimitName = 'concurrent' | 'requests' | 'tokens';
 
 export interface StandInOptions {
   /** Decides each reply. Default: echo the last user message. */
@@ -61,6 +75,18 @@ export interface StandInOptions {
   chunkDelayMs?: number;
   /** Port on 127.0.0.1. @default 0 (any free port) */
   port?: number;
+  /**
+   * Makes the stand-in behave like a provider account with these limits: a request past one
+   * is answered 429 (with `retry-after` and `retry-after-ms`) in the protocol's error shape,
+   * and every response carries the protocol's rate-limit headers. How requests and tokens are
+   * counted: see `ProviderAccount`. @default no limits, no rate-limit headers
+   */
+  limits?: StandInLimits;
+  /**
+   * Time source of the account's budgets and of the times in its headers (a `ManualClock`
+   * from `sluice/concurrency` fits). Latency and chunk delays stay real timers. @default Date
+   */
+  clock?: { now(): number };
 }
 
 export interface ProviderStandIn {
@@ -75,6 +101,8 @@ export interface ProviderStandIn {
   readonly peakInFlight: number;
   /** Every request received, in order. */
   readonly requests: readonly RequestRecord[];
+  /** Requests answered 429 because a limit of `limits` was reached (scripted 429s not included). */
+  readonly rateLimited: number;
   resetPeak(): void;
   /** Resolves once `inFlight` is 0. */
   idle(): Promise<void>;

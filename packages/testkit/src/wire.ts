@@ -3,6 +3,9 @@ import type { Reply, RequestRecord, StandInRequest } from './types.js';
 
 /** What both wire protocols share: faults, JSON replies, usage figures, a cut connection. */
 
+export const sleep = (ms: number): Promise<void> =>
+  ms > 0 ? new Promise((resolve) => setTimeout(resolve, ms)) : Promise.resolve();
+
 export function sendJson(
   res: ServerResponse,
   record: RequestRecord,
@@ -50,7 +53,27 @@ export function usageOf(
   text: string,
 ): { input: number; output: number } {
   if ('usage' in answer && answer.usage) return answer.usage;
-  return { input: JSON.stringify(request.messages).length >> 2, output: Math.max(1, text.length >> 2) };
+  return { input: promptTokens(request), output: Math.max(1, text.length >> 2) };
+}
+
+/** The stand-in's figure for a request's prompt tokens: a quarter of its messages' JSON. */
+export function promptTokens(request: StandInRequest): number {
+  return JSON.stringify(request.messages).length >> 2;
+}
+
+/** The output-token cap a request sends (`max_tokens`, or OpenAI's `max_completion_tokens`); 0 without one. */
+export function outputCap(body: Record<string, unknown>): number {
+  const cap = body.max_tokens ?? body.max_completion_tokens;
+  return typeof cap === 'number' && Number.isFinite(cap) && cap > 0 ? cap : 0;
+}
+
+/** The usage a reply's response reports; undefined for a fault, which reports none. */
+export function reportedUsage(
+  answer: Reply,
+  request: StandInRequest,
+): { input: number; output: number } | undefined {
+  if ('status' in answer || 'drop' in answer || 'stall' in answer) return undefined;
+  return usageOf(answer, request, 'text' in answer ? (answer.text ?? '') : '');
 }
 
 /** Lets what was written reach the client, then cuts the connection mid-stream. */

@@ -1,6 +1,6 @@
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
-import { replies, startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
+import { replies, startProviderStandIn, until, type ProviderStandIn } from '@sluice/testkit';
 
 const open: ProviderStandIn[] = [];
 async function standIn(options: Parameters<typeof startProviderStandIn>[0] = {}) {
@@ -46,7 +46,16 @@ describe('provider stand-in, driven by the openai client', () => {
   });
 
   it('counts requests in flight exactly, and keeps the peak', async () => {
-    const p = await standIn({ latencyMs: 40 });
+    // No reply is given before all five have reached the responder, so they overlap whatever
+    // the machine's load.
+    let arrived = 0;
+    const p = await standIn({
+      reply: async () => {
+        arrived++;
+        await until(() => arrived === 5, { message: 'five requests at the responder' });
+        return { text: 'ok' };
+      },
+    });
     const c = client(p);
     await Promise.all(
       Array.from({ length: 5 }, () =>
