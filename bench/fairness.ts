@@ -15,7 +15,7 @@
 import pg from 'pg';
 import { createPostgresConcurrencyLimiter } from '@sluice/postgres';
 import { createConcurrencyLimiter, type ConcurrencyLimiter } from 'sluice/concurrency';
-import { serverOf } from '../scripts/postgres-config.js';
+import { endPool, serverOf } from '../scripts/postgres-config.js';
 // @ts-expect-error plain ESM script without types
 import { ensurePostgres } from '../scripts/postgres.mjs';
 
@@ -85,6 +85,8 @@ await admin.connect();
 await admin.query('DROP DATABASE IF EXISTS sluice_bench_fairness WITH (FORCE)');
 await admin.query('CREATE DATABASE sluice_bench_fairness');
 const pool = new pg.Pool({ ...server, database: 'sluice_bench_fairness', max: 4 });
+// An idle connection whose backend is terminated (the database dropped, a restart) reports it here.
+pool.on('error', (error) => console.error(`pool: ${error.message}`));
 let n = 0;
 const onPostgres = async (slots: number, keyed: boolean) => {
   const limiter = createPostgresConcurrencyLimiter({
@@ -110,7 +112,8 @@ for (const slots of slotCounts) {
     fairMs: fair.ms,
   });
 }
-await pool.end();
+// The limiters are closed: end the pool and wait for its sockets to close before the drop.
+await endPool(pool);
 await admin.query('DROP DATABASE IF EXISTS sluice_bench_fairness WITH (FORCE)');
 await admin.end();
 

@@ -19,7 +19,7 @@
 import pg from 'pg';
 import { createPostgresConcurrencyLimiter } from '@sluice/postgres';
 import { spawnWorker } from '../packages/postgres/test/workers/spawn.js';
-import { serverOf } from '../scripts/postgres-config.js';
+import { endPool, serverOf } from '../scripts/postgres-config.js';
 // @ts-expect-error plain ESM script without types
 import { ensurePostgres } from '../scripts/postgres.mjs';
 
@@ -76,12 +76,13 @@ async function xactCommit(database: string): Promise<number> {
 async function run(s: Scenario): Promise<Result> {
   const database = `sluice_bench_${s.design}`;
   const pool = new pg.Pool({ ...server, database, max: 2 });
+  pool.on('error', (error) => console.error(`setup pool: ${error.message}`));
   // Tables and stored limits in place, queue and leases empty.
   const setup = createPostgresConcurrencyLimiter({ ...limits, db: pool, schema: 'bench', name: 'bench' });
   await setup.ready();
   await setup.close();
   await pool.query('TRUNCATE bench.concurrency_leases, bench.concurrency_waiters');
-  await pool.end();
+  await endPool(pool);
 
   const startAt = Date.now() + 4000; // time for 4 processes to boot
   const env = {

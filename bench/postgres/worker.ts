@@ -21,6 +21,7 @@ const limits = JSON.parse(env.LIMITS!);
 const now = () => performance.timeOrigin + performance.now(); // wall clock, sub-millisecond, same on every process
 
 const pool = new pg.Pool({ ...JSON.parse(env.PG!), max: design === 'spec' ? 20 : 10 });
+pool.on('error', (error) => console.error(`worker pool: ${error.message}`));
 let statements = 0;
 const raw = toDatabase(pool);
 // Counts every statement sent, BEGIN and COMMIT included.

@@ -65,6 +65,8 @@ export class ListenHub {
     clearTimeout(this.#retryTimer);
     this.#retryTimer = undefined;
     await this.#connecting?.catch(() => undefined);
+    // A limiter that joined meanwhile keeps the hub (and its session) open.
+    if (this.#members.size > 0) return;
     const session = this.#session;
     this.#session = undefined;
     this.#setListening(false);

@@ -61,6 +61,9 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
   readonly #polls: PollSchedule;
   #ready: Promise<void> | undefined;
   #closed = false;
+  #closing: Promise<void> | undefined;
+  /** Database work under way (passes, claims, polls, give-backs): close() waits for all of it. */
+  readonly #inFlight = new Set<Promise<unknown>>();
 
   constructor(options: PostgresConcurrencyLimiterOptions<W>) {
     const resolved = resolvePostgresLimiterOptions(options);
@@ -90,7 +93,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     });
     this.#polls = new PollSchedule(
       this.#clock,
-      () => this.#heartbeat(),
+      () => this.#track(this.#heartbeat()),
       () => ({
         // While the database fails, look again soon: the request ends in a moment either way.
         intervalMs:
@@ -117,12 +120,10 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
 
   /** Creates or upgrades the tables if needed and stores or checks the limits. Runs once; acquire calls it. */
   ready(): Promise<void> {
-    this.#ready ??= this.#outage
-      .watch(() => this.#prepare())
-      .catch((error: unknown) => {
-        this.#ready = undefined;
-        throw error;
-      });
+    this.#ready ??= this.#track(this.#outage.watch(() => this.#prepare())).catch((error: unknown) => {
+      this.#ready = undefined;
+      throw error;
+    });
     return this.#ready;
   }
 
@@ -139,7 +140,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       return Promise.reject(this.#errors.failure(new Error('the limiter is closed'), workload, request));
     }
     const { waiter, promise } = this.#waiters.add(request, workload, prepared.key, prepared.timeoutMs);
-    void this.#start(waiter);
+    void this.#track(this.#start(waiter));
     return promise as Promise<ConcurrencyLease<W>>;
   }
 
@@ -252,28 +253,31 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       this.#withdraw([waiter.id]);
       return;
     }
-    void (async () => {
-      await waiter.enqueued?.catch(() => undefined);
-      let failure: { error: unknown } | undefined;
-      try {
-        await this.#passes.submit({ cancel: waiter.id });
-      } catch (error) {
-        failure = { error };
-      }
-      if (waiter.state !== 'leaving') return; // an outage ended it meanwhile
-      // A caller that gave up gets its own reason; a deadline that could not be honoured in
-      // the database is a failure of the limiter.
-      const error =
-        failure && end.deadline
-          ? this.#errors.failure(failure.error, waiter.workload, waiter.request)
-          : end.error;
-      this.#waiters.settle(waiter, error);
-    })();
+    void this.#track(this.#withdrawAndSettle(waiter, end));
+  }
+
+  /** The second half of leaving: the queue entry goes, then the request is rejected. */
+  async #withdrawAndSettle(waiter: LocalWaiter, end: WaitEnd): Promise<void> {
+    await waiter.enqueued?.catch(() => undefined);
+    let failure: { error: unknown } | undefined;
+    try {
+      await this.#passes.submit({ cancel: waiter.id });
+    } catch (error) {
+      failure = { error };
+    }
+    if (waiter.state !== 'leaving') return; // an outage ended it meanwhile
+    // A caller that gave up gets its own reason; a deadline that could not be honoured in
+    // the database is a failure of the limiter.
+    const error =
+      failure && end.deadline
+        ? this.#errors.failure(failure.error, waiter.workload, waiter.request)
+        : end.error;
+    this.#waiters.settle(waiter, error);
   }
 
   /** Removes queue entries (and offers to them) in the background; what fails lapses. */
   #withdraw(ids: string[]): void {
-    for (const id of ids) void this.#passes.submit({ cancel: id }).catch(() => undefined);
+    for (const id of ids) void this.#track(this.#passes.submit({ cancel: id })).catch(() => undefined);
   }
 
   /**
@@ -296,7 +300,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       ids.push(notice.id);
     }
     if (ids.length === 0) return;
-    void this.#claim(ids, claiming);
+    void this.#track(this.#claim(ids, claiming));
   }
 
   async #claim(leaseIds: string[], waiters: LocalWaiter[]): Promise<void> {
@@ -318,7 +322,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
         this.#waiters.settle(waiter, waiter.end.error);
       } else {
         this.metrics.requeued++;
-        void this.#enqueue(waiter);
+        void this.#track(this.#enqueue(waiter));
       }
     }
   }
@@ -360,7 +364,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
           this.#end(waiter, { error: this.#waiters.timeoutOf(waiter), deadline: true });
         } else {
           this.metrics.requeued++;
-          void this.#enqueue(waiter);
+          void this.#track(this.#enqueue(waiter));
         }
       }
     } catch {
@@ -374,7 +378,11 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     else void this.release(leaseOf(this.name, row)).catch(() => undefined);
   }
 
-  async renew(lease: ConcurrencyLease<W>): Promise<ConcurrencyLease<W> | undefined> {
+  renew(lease: ConcurrencyLease<W>): Promise<ConcurrencyLease<W> | undefined> {
+    return this.#track(this.#renew(lease));
+  }
+
+  async #renew(lease: ConcurrencyLease<W>): Promise<ConcurrencyLease<W> | undefined> {
     try {
       const row = (await extendLeases(this.#db, this.#q.renew, [lease.id, this.limits.leaseTtlMs]))[0];
       return row ? (leaseOf(this.name, row) as ConcurrencyLease<W>) : undefined;
@@ -383,7 +391,11 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     }
   }
 
-  async release(lease: ConcurrencyLease<W> | ConcurrencyLease<string>): Promise<void> {
+  release(lease: ConcurrencyLease<W> | ConcurrencyLease<string>): Promise<void> {
+    return this.#track(this.#release(lease));
+  }
+
+  async #release(lease: ConcurrencyLease<W> | ConcurrencyLease<string>): Promise<void> {
     try {
       await this.ready();
       await this.#passes.submit({ release: lease.id });
@@ -392,14 +404,24 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     }
   }
 
-  async stats(): Promise<ConcurrencyStats<W>> {
-    await this.ready();
-    return readStats(this.#db, this.#q, this.limits, this.settings.queueEntryTtlMs);
+  stats(): Promise<ConcurrencyStats<W>> {
+    return this.#track(
+      this.ready().then(() => readStats(this.#db, this.#q, this.limits, this.settings.queueEntryTtlMs)),
+    );
   }
 
-  /** Stops polling, leaves the LISTEN session, and fails the requests still waiting. */
-  async close(): Promise<void> {
-    if (this.#closed) return;
+  /**
+   * Fails the requests still waiting (their queue entries are withdrawn), stops polling, and
+   * resolves once nothing of this limiter is left: no statement in flight, no timer on its
+   * clock, and (for the last limiter of its pool) no LISTEN session. The pool is the caller's:
+   * end it after this. Calling it again returns the same promise.
+   */
+  close(): Promise<void> {
+    this.#closing ??= this.#close();
+    return this.#closing;
+  }
+
+  async #close(): Promise<void> {
     this.#closed = true;
     this.#polls.cancel();
     for (const waiter of this.#waiters.list()) {
@@ -410,7 +432,22 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       );
       this.#end(waiter, { error, deadline: false });
     }
-    await this.#hub.leave(this);
+    await Promise.all([this.#settled(), this.#hub.leave(this)]);
+    // A failed statement leaves the outage watch running until its grace ends.
+    this.#outage.stop();
+  }
+
+  /** Resolves when the work in flight, and whatever it starts in turn (a give-back), has ended. */
+  async #settled(): Promise<void> {
+    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
+  }
+
+  /** Keeps `work` where close() can wait for it. */
+  #track<T>(work: Promise<T>): Promise<T> {
+    this.#inFlight.add(work);
+    const untrack = () => void this.#inFlight.delete(work);
+    work.then(untrack, untrack);
+    return work;
   }
 }
 
