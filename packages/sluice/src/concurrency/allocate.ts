@@ -45,13 +45,59 @@
  * grant is forgotten but the one just made (so that key still starts one tag later than a
  * newcomer). Keys of one request each are all granted at the same virtual time, which then
  * never moves on; without this, both limiters kept one record per such key for ever.
+ *
+ * Budgets, the pause and the effective limit (DESIGN.md part 3; the arithmetic: budgets.ts):
+ * - while the provider's pause lasts (`now < pausedUntil`) nobody is granted;
+ * - the adaptive limit takes the place of `maxConcurrent`, and the shared slots shrink with
+ *   it: reservations stay whole and strict inside the effective limit;
+ * - a grant needs a slot and room in every budget, and takes its cost from each.
+ *
+ * A head that does not fit a budget yet ("blocked"): the heads are taken in the order above
+ * (priority, then arrival), and the first one short of a budget is not skipped the way a
+ * workload without a slot is. Instead:
+ * - its workload is closed for the pass: nobody behind it in that workload goes first, so
+ *   the workload keeps its order (by key, then arrival);
+ * - it claims every budget it takes from: for the rest of the pass, a request ranked after it
+ *   may be granted only if it takes nothing from any claimed budget. With a request budget
+ *   every request takes 1, so nobody ranked after a blocked head is granted; with token
+ *   budgets only, a request without tokens may still use a free slot. A request ranked after
+ *   it that would take from a claimed budget is blocked in turn (its workload closes, it
+ *   claims its own budgets), so the rule reads the same whichever head is looked at first.
+ * Why nobody starves: only requests ranked before a blocked head can take from the budgets it
+ * waits for, and those are requests of workloads with a higher priority, or of its own
+ * priority that arrived before it (a finite set; later arrivals rank after it). The buckets
+ * refill continuously and a debt is at most one figure deep, so the head fits within bounded
+ * time once the higher-priority traffic leaves room, exactly as for slots; small requests
+ * cannot keep a large one waiting by taking the refill in small pieces. Claiming every
+ * budget it takes from, not only the ones it is short of, matters: otherwise requests after
+ * it could drain budget B while it waits for A, then A while it waits for B. When the
+ * blocked head's own workload lacks a slot it is skipped as before; it takes the next slot
+ * its workload gets, since it ranks first among the waiters that take from its budgets.
+ * `wakeAt` tells the limiter when to look again: the earliest time a head short of a budget
+ * will fit, or the end of the pause.
  */
+
+import {
+  budgetsOf,
+  charge,
+  costIn,
+  NO_TOKENS,
+  refill,
+  waitToFit,
+  type BucketLevels,
+  type BudgetFigures,
+  type TokenCost,
+} from './budgets.js';
+import { MAX_PAUSE_MS } from './capacity.js';
+import type { BudgetName } from './capacity-types.js';
 
 /** The part of the limits the rules read. `ResolvedLimits` satisfies it. */
 export interface AllocationLimits {
   readonly maxConcurrent: number;
   /** `maxConcurrent` minus every workload's reservation. */
   readonly sharedSlots: number;
+  /** Per-minute figures of the budgets; absent or empty for none. */
+  readonly rate?: BudgetFigures | undefined;
   readonly workloads: readonly {
     readonly maxConcurrent: number;
     readonly reserved: number;
@@ -70,6 +116,18 @@ export interface WaitingEntry {
    * the sources must yield entries in {@link servingOrder}.
    */
   readonly tag?: number | undefined;
+  /** The request's tokens, taken from the token budgets at the grant; absent counts as none. */
+  readonly tokens?: TokenCost | undefined;
+}
+
+/** What the rules read of the limiter's capacity beside its slots; see {@link CapacityState}. */
+export interface AllocationCapacity {
+  /** The budgets' levels; a configured budget with no entry is full. */
+  readonly buckets: BucketLevels;
+  /** No grant before this time (the provider asked for a pause); 0 for none. */
+  readonly pausedUntil: number;
+  /** The effective concurrency limit, at most `maxConcurrent`. */
+  readonly limit: number;
 }
 
 /** The longest fairness key accepted, in UTF-16 code units. */
@@ -128,6 +186,8 @@ export interface AllocationInput<E extends WaitingEntry> {
   readonly waiting: readonly (Iterable<E> | undefined)[];
   /** Current time, in the same clock as the deadlines. */
   readonly now: number;
+  /** Budgets, pause and effective limit; absent: slots only, up to `maxConcurrent`. */
+  readonly capacity?: AllocationCapacity | undefined;
 }
 
 export interface Grant<E> {
@@ -141,6 +201,13 @@ export interface AllocationResult<E> {
   readonly grants: Grant<E>[];
   /** Requests passed over because their deadline is gone; the caller rejects them. */
   readonly expired: E[];
+  /** The budgets' levels after the grants' charges, brought to `now`. */
+  readonly buckets: BucketLevels;
+  /**
+   * When to look again for a request that waits for a budget or for the end of the pause;
+   * absent when nobody does.
+   */
+  readonly wakeAt: number | undefined;
 }
 
 /**
@@ -151,10 +218,17 @@ export interface AllocationResult<E> {
  * // => { grants: [{ entry, workload: 0 }], expired: [] }
  */
 export function allocate<E extends WaitingEntry>(input: AllocationInput<E>): AllocationResult<E> {
-  const { limits, now } = input;
+  const { now, capacity } = input;
+  const limits = effectiveLimits(input.limits, capacity?.limit);
   const workloads = limits.workloads;
+  const figures = limits.rate ?? {};
+  const rated = budgetsOf(figures).length > 0;
   const grants: Grant<E>[] = [];
   const expired: E[] = [];
+  let buckets = rated ? refill(figures, capacity?.buckets ?? {}, now) : (capacity?.buckets ?? {});
+  // A clock that stepped back must not stretch a pause past its longest.
+  const pausedUntil = Math.min(capacity?.pausedUntil ?? 0, now + MAX_PAUSE_MS);
+  if (now < pausedUntil) return { grants, expired, buckets, wakeAt: pausedUntil };
 
   const active = input.active.slice();
   let { total, sharedUsed } = usageOf(limits, active);
@@ -162,6 +236,10 @@ export function allocate<E extends WaitingEntry>(input: AllocationInput<E>): All
   const iterators: (Iterator<E> | undefined)[] = new Array(workloads.length);
   const heads: (E | undefined)[] = new Array(workloads.length);
   const exhausted: boolean[] = new Array(workloads.length).fill(false);
+  // Workloads whose head waits for a budget, and the budgets those heads claim.
+  const closed: boolean[] = new Array(workloads.length).fill(false);
+  const claimed = new Set<BudgetName>();
+  let wakeAt: number | undefined;
 
   // The next grantable request of workload i, skipping those past their deadline.
   const headOf = (i: number): E | undefined => {
@@ -196,7 +274,7 @@ export function allocate<E extends WaitingEntry>(input: AllocationInput<E>): All
     let bestEntry: E | undefined;
     for (let i = 0; i < workloads.length; i++) {
       const w = workloads[i]!;
-      if (!canTake(limits, active, i, total, sharedUsed)) continue;
+      if (closed[i] || !canTake(limits, active, i, total, sharedUsed)) continue;
       const head = headOf(i);
       if (head === undefined) continue;
       if (
@@ -209,13 +287,37 @@ export function allocate<E extends WaitingEntry>(input: AllocationInput<E>): All
       }
     }
     if (bestEntry === undefined) break;
+    if (rated) {
+      const tokens = bestEntry.tokens ?? NO_TOKENS;
+      const names = budgetsOf(figures);
+      const wait = waitToFit(figures, buckets, tokens, now);
+      if (wait > 0 || names.some((name) => claimed.has(name) && costIn(name, tokens) > 0)) {
+        // Blocked: see "A head that does not fit a budget yet" above.
+        closed[best] = true;
+        for (const name of names) if (costIn(name, tokens) > 0) claimed.add(name);
+        if (wait > 0 && wait !== Infinity) wakeAt = Math.min(wakeAt ?? Infinity, now + wait);
+        continue;
+      }
+      buckets = charge(figures, buckets, tokens, now);
+    }
     grants.push({ entry: bestEntry, workload: best });
     if (active[best]! >= workloads[best]!.reserved) sharedUsed++;
     active[best]!++;
     total++;
     heads[best] = undefined;
   }
-  return { grants, expired };
+  return { grants, expired, buckets, wakeAt };
+}
+
+/**
+ * The limits with the effective limit in place of `maxConcurrent`: the shared slots shrink by
+ * as much, so every reservation stays whole (the adaptive floor keeps the limit at or above
+ * the reservations, plus one shared slot when a workload reserves none).
+ */
+export function effectiveLimits(limits: AllocationLimits, limit: number | undefined): AllocationLimits {
+  if (limit === undefined || limit >= limits.maxConcurrent) return limits;
+  const cut = limits.maxConcurrent - limit;
+  return { ...limits, maxConcurrent: limit, sharedSlots: Math.max(0, limits.sharedSlots - cut) };
 }
 
 /** Slots in use in all, and how many of them are shared (unreserved) slots. */

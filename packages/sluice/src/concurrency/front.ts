@@ -7,7 +7,10 @@
  * - {@link limiterErrors}: the errors a limiter rejects with, with their numbers and lineage;
  * - {@link statsOf}: `stats()` from per-workload counts.
  */
+import { BUDGET_OPTIONS, budgetsOf, costIn, NO_TOKENS, type TokenCost } from './budgets.js';
+import type { BudgetsStats } from './capacity-types.js';
 import {
+  ConcurrencyConfigError,
   ConcurrencyError,
   ConcurrencyLimiterError,
   ConcurrencyQueueFullError,
@@ -27,15 +30,19 @@ export type PreparedAcquire<W extends string = string> =
       readonly key: string;
       /** The wait allowed: the smaller of the workload's `maxWaitMs` and the caller's budget. */
       readonly timeoutMs: number | undefined;
+      /** The request's tokens, both parts present (absent ones are 0). */
+      readonly tokens: TokenCost;
     }
   | { readonly ok: false; readonly error: unknown };
 
 /**
  * Checks a request before it may wait, in this order: its workload (unknown: the
  * `ConcurrencyConfigError`, with the request's lineage), its key (not a string of 1 to
- * `MAX_KEY_LENGTH` characters: the same error, `field: 'key'`), its signal (already aborted: its
- * reason), its budget (0 or less: `ConcurrencyTimeoutError` with `waitMs: 0`). A request that
- * passes gets its workload and the wait it is allowed.
+ * `MAX_KEY_LENGTH` characters: the same error, `field: 'key'`), its tokens (not finite numbers
+ * >= 0, or more than a budget's whole figure, so that it could never be granted: the same
+ * error), its signal (already aborted: its reason), its budget (0 or less:
+ * `ConcurrencyTimeoutError` with `waitMs: 0`). A request that passes gets its workload, its
+ * tokens and the wait it is allowed.
  *
  * @example
  * const prepared = prepareAcquire(this.limits, request);
@@ -48,9 +55,11 @@ export function prepareAcquire<W extends string>(
 ): PreparedAcquire<W> {
   let workload: ResolvedWorkload<W>;
   let key: string;
+  let tokens: TokenCost;
   try {
     workload = resolveWorkload(limits, request.workload, request);
     key = resolveKey(limits, request.key, workload.name, request);
+    tokens = resolveTokens(limits, request.tokens, workload.name, request);
   } catch (error) {
     return { ok: false, error };
   }
@@ -65,7 +74,62 @@ export function prepareAcquire<W extends string>(
   const maxWaitMs = workload.maxWaitMs;
   const timeoutMs =
     maxWaitMs === undefined ? budget : budget === undefined ? maxWaitMs : Math.min(maxWaitMs, budget);
-  return { ok: true, workload, key, timeoutMs };
+  return { ok: true, workload, key, timeoutMs, tokens };
+}
+
+/**
+ * A request's tokens: absent parts are 0, present ones finite numbers >= 0, and the request
+ * must fit each budget's whole figure (a bucket never holds more), else it could wait for ever.
+ */
+export function resolveTokens(
+  limits: Pick<ResolvedLimits, 'name' | 'rate'>,
+  tokens: unknown,
+  workload: string,
+  lineage: RequestLineage = {},
+): TokenCost {
+  if (tokens === undefined) return NO_TOKENS;
+  const refuse = (message: string, field: string, value: unknown): never => {
+    throw new ConcurrencyConfigError(message, {
+      limiter: limits.name,
+      workload,
+      ...lineageOf(lineage),
+      field,
+      value,
+    });
+  };
+  if (typeof tokens !== 'object' || tokens === null || Array.isArray(tokens)) {
+    refuse(
+      `Expected \`tokens\` to be an object { input, output }, got \`${String(tokens)}\``,
+      'tokens',
+      tokens,
+    );
+  }
+  const part = (name: 'input' | 'output'): number => {
+    const value = (tokens as Record<string, unknown>)[name];
+    if (value === undefined) return 0;
+    if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
+      refuse(
+        `Expected \`tokens.${name}\` to be a finite number >= 0, got \`${String(value)}\``,
+        `tokens.${name}`,
+        value,
+      );
+    }
+    return value as number;
+  };
+  const cost = { input: part('input'), output: part('output') };
+  const figures = limits.rate ?? {};
+  for (const budget of budgetsOf(figures)) {
+    const figure = figures[budget]!;
+    const needs = costIn(budget, cost);
+    if (needs > figure) {
+      refuse(
+        `Request of ${needs} tokens can never be granted by limiter \`${limits.name}\`: budget \`${budget}\` (\`${BUDGET_OPTIONS[budget]}\`) is ${figure} per minute`,
+        `tokens`,
+        needs,
+      );
+    }
+  }
+  return cost;
 }
 
 /** The errors of one limiter. */
@@ -140,6 +204,7 @@ export interface WorkloadCounts {
 export function statsOf<W extends string>(
   limits: ResolvedLimits<W>,
   counts: WorkloadCounts,
+  capacity?: { readonly limit: number; readonly budgets: BudgetsStats | undefined },
 ): ConcurrencyStats<W> {
   const workloads = {} as Record<W, WorkloadStats>;
   let active = 0;
@@ -151,5 +216,9 @@ export function statsOf<W extends string>(
     queued += q;
     workloads[w.name] = { active: a, queued: q };
   }
-  return { active, queued, workloads };
+  if (capacity === undefined) return { active, queued, workloads };
+  const { limit, budgets } = capacity;
+  return budgets === undefined
+    ? { active, queued, limit, workloads }
+    : { active, queued, limit, budgets, workloads };
 }

@@ -1,6 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { allocate, hasRoom } from './allocate.js';
+import { allocate, effectiveLimits, hasRoom } from './allocate.js';
+import { budgetsOf, budgetStats, type TokenCost } from './budgets.js';
+import { initialCapacity, settleRelease, type CapacityState, type ReleaseEffect } from './capacity.js';
+import type { ReleaseDetails } from './capacity-types.js';
 import { systemClock, type Clock, type ClockTimer } from './clock.js';
+import type { ConcurrencyEvent, ConcurrencyEventListener } from './events.js';
 import { limiterErrors, prepareAcquire, statsOf, type LimiterErrors } from './front.js';
 import type { AcquireRequest, ConcurrencyLease, ConcurrencyLimiter, ConcurrencyStats } from './limiter.js';
 import {
@@ -15,7 +19,9 @@ import { FairQueue, type FairNode, type Lane } from './fair-queue.js';
 /** A request in the queue. It carries its own list links, so removal is O(1). */
 interface Waiter<W extends string> extends FairNode<Waiter<W>> {
   readonly seq: number;
-  readonly deadline: number | undefined;
+  /** Set once the request may wait: a request tried at once has none yet. */
+  deadline: number | undefined;
+  readonly tokens: TokenCost;
   readonly workload: ResolvedWorkload<W>;
   readonly request: AcquireRequest<W>;
   readonly enqueuedAt: number | undefined;
@@ -29,6 +35,10 @@ interface Waiter<W extends string> extends FairNode<Waiter<W>> {
 interface LeaseRecord {
   readonly workload: number;
   expiresAt: number;
+  /** What the grant took from the token budgets, settled at release. */
+  readonly tokens: TokenCost;
+  /** The grant's number in this limiter: tells the adaptive limit which answers are news. */
+  readonly grant: number;
 }
 
 // Lease ids: a random prefix per process and a counter shared by every limiter in it, so an
@@ -54,7 +64,9 @@ function capture(resolve: (lease: never) => void, reject: (error: unknown) => vo
  *
  * Lease expiry uses one timer for the whole limiter: leases sit in a map in expiry order (a
  * renewal moves a lease to the end, and all leases share one TTL), so only the first entry
- * needs watching.
+ * needs watching. Budgets and the provider's pause use one more, the wake timer: set by each
+ * allocation that leaves a request waiting for a refill or for the pause to end, to the
+ * earliest moment one can go (allocate's `wakeAt`).
  */
 export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements ConcurrencyLimiter<W> {
   readonly name: string;
@@ -70,6 +82,14 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
   /** No lease expires before this time; lets the hot path skip the sweep. */
   #earliestExpiry = Infinity;
   #sweepTimer: ClockTimer | undefined;
+  #capacity: CapacityState;
+  /** Grants made so far; the latest grant's number. */
+  #grants = 0;
+  /** Whether any budget is configured: then a request is tried through `allocate` at once. */
+  readonly #rated: boolean;
+  #wakeTimer: ClockTimer | undefined;
+  #wakeAt: number | undefined;
+  readonly #listeners = new Set<ConcurrencyEventListener>();
 
   constructor(options: ConcurrencyLimiterOptions<W>) {
     this.limits = resolveLimiterOptions(options);
@@ -78,6 +98,8 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
     this.#errors = limiterErrors(this.limits);
     this.#queues = this.limits.workloads.map(() => new FairQueue<Waiter<W>>());
     this.#active = this.limits.workloads.map(() => 0);
+    this.#capacity = initialCapacity(this.limits);
+    this.#rated = budgetsOf(this.limits.rate ?? {}).length > 0;
   }
 
   validateWorkload(workload?: string): W {
@@ -87,24 +109,21 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
   acquire(request: AcquireRequest<W> = {}): Promise<ConcurrencyLease<W>> {
     const prepared = prepareAcquire(this.limits, request);
     if (!prepared.ok) return Promise.reject(prepared.error);
-    const { workload, key, timeoutMs } = prepared;
+    const { workload, key, timeoutMs, tokens } = prepared;
     const signal = request.signal;
 
     const now = this.#clock.now();
     this.#sweep(now);
-    // Between events every grantable waiter has been granted, so a workload with room has no
-    // queue of its own and nobody eligible is ahead: grant at once.
-    if (hasRoom(this.limits, this.#active, workload.index)) {
-      this.#queues[workload.index]!.grantNow(key);
-      return Promise.resolve(this.#grant(workload.index, now));
-    }
-    const maxQueued = this.limits.maxQueued;
-    if (maxQueued !== undefined && this.#queued >= maxQueued) {
-      return Promise.reject(this.#errors.queueFull(workload.name, request, this.#queued));
-    }
-    // A workload whose maxWaitMs is 0 takes a free slot or none.
-    if (timeoutMs !== undefined && timeoutMs <= 0) {
-      return Promise.reject(this.#errors.timeout(workload.name, request, 0, timeoutMs));
+    // Slots only: between events every grantable waiter has been granted, so a workload with
+    // room has no queue of its own and nobody eligible is ahead: grant at once. With budgets
+    // a workload with room may still have a head waiting for a refill; allocate decides.
+    if (!this.#rated) {
+      if (now >= this.#capacity.pausedUntil && hasRoom(this.#slotLimits(), this.#active, workload.index)) {
+        this.#queues[workload.index]!.grantNow(key);
+        return Promise.resolve(this.#grant(workload.index, tokens, now));
+      }
+      const refusal = this.#refusal(workload.name, request, timeoutMs, this.#queued);
+      if (refusal !== undefined) return Promise.reject(refusal);
     }
 
     const promise = new Promise<ConcurrencyLease<W>>(capture);
@@ -115,8 +134,9 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
       seq: this.#seq++,
       tag: 0,
       lane: undefined as Lane<Waiter<W>> | undefined,
+      deadline: undefined,
+      tokens,
       // Times are kept only when a deadline exists: each is a heap number per waiter.
-      deadline: timeoutMs === undefined ? undefined : now + timeoutMs,
       enqueuedAt: timeoutMs === undefined ? undefined : now,
       workload,
       request,
@@ -128,7 +148,21 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
     };
     this.#queues[workload.index]!.push(waiter, key);
     this.#queued++;
+    // While paused, this arms the wake timer for the pause's end.
+    if (!this.#rated && now < this.#capacity.pausedUntil) this.#drain(now);
+    if (this.#rated) {
+      // Tried as if queued: granted now if the rules would, else refused or left waiting.
+      this.#drain(now);
+      if (!waiter.queued) return promise;
+      const refusal = this.#refusal(workload.name, request, timeoutMs, this.#queued - 1);
+      if (refusal !== undefined) {
+        this.#dequeue(waiter);
+        waiter.reject(refusal);
+        return promise;
+      }
+    }
     if (timeoutMs !== undefined) {
+      waiter.deadline = now + timeoutMs;
       waiter.timer = this.#clock.setTimeout(() => {
         waiter.timer = undefined;
         if (waiter.queued) this.#expire(waiter, this.#clock.now());
@@ -143,6 +177,39 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
       signal.addEventListener('abort', waiter.onAbort, { once: true });
     }
     return promise;
+  }
+
+  /** Why a request that cannot have a slot now may not wait either: a full queue, or no time to wait. */
+  #refusal(
+    workload: W,
+    request: AcquireRequest<W>,
+    timeoutMs: number | undefined,
+    queued: number,
+  ): Error | undefined {
+    const maxQueued = this.limits.maxQueued;
+    if (maxQueued !== undefined && queued >= maxQueued)
+      return this.#errors.queueFull(workload, request, queued);
+    // A workload whose maxWaitMs is 0 takes a free slot or none.
+    if (timeoutMs !== undefined && timeoutMs <= 0)
+      return this.#errors.timeout(workload, request, 0, timeoutMs);
+    return undefined;
+  }
+
+  /** The slot limits with the adaptive limit in place of `maxConcurrent`. */
+  #slotLimits() {
+    return effectiveLimits(this.limits, this.#capacity.limit);
+  }
+
+  /**
+   * Hears the limiter's own events: `provider-throttled` when a release paused it, and
+   * `limit-changed` when the adaptive limit moved. Returns the function that stops it. A
+   * listener that throws is ignored.
+   */
+  subscribe(listener: ConcurrencyEventListener): () => void {
+    this.#listeners.add(listener);
+    return () => {
+      this.#listeners.delete(listener);
+    };
   }
 
   renew(lease: ConcurrencyLease<W>): Promise<ConcurrencyLease<W> | undefined> {
@@ -160,24 +227,70 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
     return Promise.resolve({ ...lease, expiresAt: record.expiresAt });
   }
 
-  release(lease: ConcurrencyLease<W>): Promise<void> {
+  /**
+   * Gives the slot back and settles it: the grant's tokens become `details.usage`, and the
+   * provider's answer may pause the limiter or move the adaptive limit (capacity.ts). The
+   * answer counts even for a lease no longer held (expired): the provider said it all the same.
+   */
+  release(lease: ConcurrencyLease<W>, details?: ReleaseDetails): Promise<void> {
     const record = this.#leases.get(lease.id);
-    if (record === undefined) return RESOLVED;
-    this.#leases.delete(lease.id);
-    this.#active[record.workload]!--;
-    this.#drain(this.#clock.now());
+    if (record === undefined && details?.provider === undefined) return RESOLVED;
+    const now = this.#clock.now();
+    const active = this.#active.reduce((a, b) => a + b, 0);
+    if (record !== undefined) {
+      this.#leases.delete(lease.id);
+      this.#active[record.workload]!--;
+    }
+    if (details !== undefined) {
+      const effect = settleRelease(this.limits, this.#capacity, {
+        now,
+        charged: record?.tokens,
+        grant: record?.grant,
+        newestGrant: this.#grants,
+        active,
+        details,
+      });
+      this.#capacity = effect.state;
+      this.#announce(effect, lease.workload, now);
+    }
+    this.#drain(now);
     return RESOLVED;
   }
 
   stats(): ConcurrencyStats<W> {
-    this.#sweep(this.#clock.now());
-    return statsOf(this.limits, { active: this.#active, queued: this.#queues.map((q) => q.size) });
+    const now = this.#clock.now();
+    this.#sweep(now);
+    return statsOf(
+      this.limits,
+      { active: this.#active, queued: this.#queues.map((q) => q.size) },
+      {
+        limit: this.#capacity.limit,
+        budgets: budgetStats(this.limits.rate ?? {}, this.#capacity.buckets, now),
+      },
+    );
   }
 
-  #grant(workload: number, now: number): ConcurrencyLease<W> {
+  #announce(effect: ReleaseEffect, workload: string, now: number): void {
+    if (this.#listeners.size === 0) return;
+    const base = { limiter: this.name, workload, at: now };
+    if (effect.throttled) this.#emit({ ...base, type: 'provider-throttled', ...effect.throttled });
+    if (effect.limitChanged) this.#emit({ ...base, type: 'limit-changed', ...effect.limitChanged });
+  }
+
+  #emit(event: ConcurrencyEvent): void {
+    for (const listener of this.#listeners) {
+      try {
+        listener(event);
+      } catch {
+        // A listener cannot break the limiter.
+      }
+    }
+  }
+
+  #grant(workload: number, tokens: TokenCost, now: number): ConcurrencyLease<W> {
     const id = `${idPrefix}-${++idCounter}`;
     const expiresAt = now + this.limits.leaseTtlMs;
-    this.#leases.set(id, { workload, expiresAt });
+    this.#leases.set(id, { workload, expiresAt, tokens, grant: ++this.#grants });
     if (expiresAt < this.#earliestExpiry) this.#earliestExpiry = expiresAt;
     this.#active[workload]!++;
     if (this.#sweepTimer === undefined) this.#armSweep(now);
@@ -203,6 +316,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
       waiter.request.signal?.removeEventListener('abort', waiter.onAbort);
       waiter.onAbort = undefined;
     }
+    if (this.#queued === 0) this.#armWake(undefined, 0);
   }
 
   #expire(waiter: Waiter<W>, now: number): void {
@@ -214,17 +328,36 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
   /** Gives free slots to waiters, by the shared rules. */
   #drain(now: number): void {
     if (this.#queued === 0) return;
-    const { grants, expired } = allocate({
+    const { grants, expired, buckets, wakeAt } = allocate({
       limits: this.limits,
       active: this.#active,
       waiting: this.#queues,
       now,
+      capacity: this.#capacity,
     });
+    if (this.#rated) this.#capacity = { ...this.#capacity, buckets };
     for (const waiter of expired) this.#expire(waiter, now);
     for (const { entry: waiter, workload } of grants) {
       this.#dequeue(waiter, true);
-      waiter.resolve(this.#grant(workload, now));
+      waiter.resolve(this.#grant(workload, waiter.tokens, now));
     }
+    this.#armWake(this.#queued > 0 ? wakeAt : undefined, now);
+  }
+
+  /** The one wake timer: for the earliest moment a waiting request may fit, or none. */
+  #armWake(at: number | undefined, now: number): void {
+    if (at === this.#wakeAt && (at === undefined || this.#wakeTimer !== undefined)) return;
+    if (this.#wakeTimer !== undefined) this.#clock.clearTimeout(this.#wakeTimer);
+    this.#wakeTimer = undefined;
+    this.#wakeAt = at;
+    if (at === undefined) return;
+    this.#wakeTimer = this.#clock.setTimeout(() => {
+      this.#wakeTimer = undefined;
+      this.#wakeAt = undefined;
+      const t = this.#clock.now();
+      this.#sweep(t);
+      this.#drain(t);
+    }, at - now);
   }
 
   /** Drops leases whose time is up, then hands their slots on. */

@@ -1,6 +1,7 @@
 import { IMPLICIT_KEY, MAX_KEY_LENGTH } from './allocate.js';
 import { SECOND, type Clock } from './clock.js';
 import type { AdaptiveOptions, RateOptions } from './capacity-types.js';
+import type { BudgetFigures } from './budgets.js';
 import { ConcurrencyConfigError, lineageOf, type RequestLineage } from './errors.js';
 
 /** Settings of one named workload. */
@@ -86,6 +87,16 @@ export interface ResolvedLimits<W extends string = string> {
   readonly workloads: readonly ResolvedWorkload<W>[];
   /** Slots not reserved by any workload: `maxConcurrent` minus every reservation. */
   readonly sharedSlots: number;
+  /** The budgets' per-minute figures, by budget name; absent without `rate`. */
+  readonly rate: BudgetFigures | undefined;
+  /** The adaptive limit's settings; absent without `adaptive`. */
+  readonly adaptive: ResolvedAdaptive | undefined;
+}
+
+/** `adaptive` after validation. */
+export interface ResolvedAdaptive {
+  /** The effective limit's floor. */
+  readonly minConcurrent: number;
 }
 
 const limiterKeys = new Set([
@@ -96,7 +107,16 @@ const limiterKeys = new Set([
   'name',
   'leaseTtlMs',
   'clock',
+  'rate',
+  'adaptive',
 ]);
+const rateKeys: Record<string, keyof BudgetFigures> = {
+  requestsPerMinute: 'requests',
+  tokensPerMinute: 'tokens',
+  inputTokensPerMinute: 'inputTokens',
+  outputTokensPerMinute: 'outputTokens',
+};
+const adaptiveKeys = new Set(['minConcurrent']);
 const workloadKeys = new Set(['maxConcurrent', 'reserved', 'priority', 'maxWaitMs']);
 
 function show(value: unknown): string {
@@ -262,6 +282,9 @@ export function resolveLimiterOptions<W extends string>(
     defaultWorkload = names[0] as W;
   }
 
+  const rate = resolveRate(options.rate, fail);
+  const adaptive = resolveAdaptive(options.adaptive, workloads, maxConcurrent, fail);
+
   return Object.freeze({
     name: limiter,
     maxConcurrent,
@@ -270,7 +293,68 @@ export function resolveLimiterOptions<W extends string>(
     defaultWorkload,
     workloads: Object.freeze(workloads),
     sharedSlots: maxConcurrent - reservedSum,
+    rate,
+    adaptive,
   });
+}
+
+type Fail = (field: string, expected: string, value: unknown) => never;
+
+/** `rate`: each figure absent or a positive finite number; stored by budget name. */
+function resolveRate(raw: unknown, fail: Fail): BudgetFigures | undefined {
+  if (raw === undefined) return undefined;
+  if (!isPlainObject(raw)) fail('rate', 'an object', raw);
+  const figures: Partial<Record<keyof BudgetFigures, number>> = {};
+  for (const [key, value] of Object.entries(raw as Record<string, unknown>)) {
+    const budget = Object.hasOwn(rateKeys, key) ? rateKeys[key] : undefined;
+    if (budget === undefined) fail(`rate.${key}`, 'a known rate option (misspelt?)', key);
+    if (value === undefined) continue;
+    if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
+      fail(`rate.${key}`, 'a positive finite number', value);
+    }
+    // Every request takes 1 from the request budget: below 1 none could ever be granted.
+    if (budget === 'requests' && (value as number) < 1) {
+      fail(`rate.${key}`, 'a finite number >= 1 (each request takes 1)', value);
+    }
+    figures[budget!] = value as number;
+  }
+  return Object.freeze(figures);
+}
+
+/**
+ * The adaptive limit's floor by default: every reservation, plus one shared slot when some
+ * workload reserves none (else that workload could be left without any slot), and at least 1.
+ */
+export function adaptiveFloor(workloads: readonly { readonly reserved: number }[]): number {
+  const reserved = workloads.reduce((sum, w) => sum + w.reserved, 0);
+  return Math.max(1, reserved + (workloads.some((w) => w.reserved === 0) ? 1 : 0));
+}
+
+function resolveAdaptive(
+  raw: unknown,
+  workloads: readonly ResolvedWorkload[],
+  maxConcurrent: number,
+  fail: Fail,
+): ResolvedAdaptive | undefined {
+  if (raw === undefined || raw === false) return undefined;
+  const floor = adaptiveFloor(workloads);
+  if (raw === true) return Object.freeze({ minConcurrent: floor });
+  if (!isPlainObject(raw)) fail('adaptive', 'true, false or an object', raw);
+  const options = raw as Record<string, unknown>;
+  for (const key of Object.keys(options)) {
+    if (!adaptiveKeys.has(key)) fail(`adaptive.${key}`, 'a known adaptive option (misspelt?)', key);
+  }
+  const min = options.minConcurrent;
+  if (min === undefined) return Object.freeze({ minConcurrent: floor });
+  if (typeof min !== 'number' || !Number.isSafeInteger(min) || min < floor || min > maxConcurrent) {
+    const why = floor > 1 ? ' (the reservations, plus 1 when a workload reserves none)' : '';
+    fail(
+      'adaptive.minConcurrent',
+      `a whole number between ${floor}${why} and ${maxConcurrent} (maxConcurrent)`,
+      min,
+    );
+  }
+  return Object.freeze({ minConcurrent: min as number });
 }
 
 /**

@@ -38,6 +38,7 @@ describe('prepareAcquire', () => {
         workload: limits.workloads.find((w) => w.name === (request.workload ?? 'background')),
         key: IMPLICIT_KEY,
         timeoutMs,
+        tokens: { input: 0, output: 0 },
       });
     }
   });

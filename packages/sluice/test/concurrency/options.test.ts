@@ -93,6 +93,7 @@ describe('limiter options', () => {
     expect(limiter.stats()).toEqual({
       active: 0,
       queued: 0,
+      limit: 3,
       workloads: { default: { active: 0, queued: 0 } },
     });
   });
