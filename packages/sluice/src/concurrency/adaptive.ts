@@ -16,7 +16,9 @@
  *   clean answers" and Netflix's AIMD (`inflight * 2 >= limit`, stricter here). Releases
  *   while the limit is not in use say nothing about it, so they do not raise it: this is what
  *   stops the upward creep of Netflix concurrency-limits#134/#137, where a limit grew under a
- *   steady load that never tested it.
+ *   steady load that never tested it. Nor do releases of requests granted before the latest
+ *   decrease: they ran under the old limit, so the first probe above a lowered limit waits
+ *   for a full window of requests sent under it (halving the 429s at a small capacity).
  * - one decrease per burst, no cooldown timer: an overload answer to a request granted before
  *   the latest decrease is ignored (it was sent under the old limit; cutting again for it
  *   would count one burst many times, the halving-to-the-floor of concurrency-limits#72). A
@@ -54,7 +56,7 @@ export interface AdaptiveBounds {
 /** What a release says to the adaptive limit. */
 export type AdaptiveSignal =
   | { readonly kind: 'overload'; readonly grant: number | undefined; readonly newestGrant: number }
-  | { readonly kind: 'success'; readonly active: number }
+  | { readonly kind: 'success'; readonly active: number; readonly grant: number | undefined }
   | { readonly kind: 'none' };
 
 export interface AdaptiveStep {
@@ -82,6 +84,8 @@ export function adapt(state: AdaptiveState, bounds: AdaptiveBounds, signal: Adap
     }
     case 'success': {
       if (signal.active < state.limit || state.limit >= bounds.max) return { state };
+      // Sent before the latest decrease: it says nothing about the lowered limit.
+      if (signal.grant === undefined || signal.grant <= state.ignoreUpTo) return { state };
       const successes = state.successes + 1;
       if (successes < state.limit) return { state: { ...state, successes } };
       const to = state.limit + 1;

@@ -17,6 +17,7 @@ import {
   budgetsOf,
   costIn,
   levelAt,
+  refill,
   type BucketLevels,
   type BudgetFigures,
   type TokenCost,
@@ -52,6 +53,19 @@ export const MAX_PAUSE_MS = 1 * MINUTE;
 /** A fresh limiter: budgets full, no pause, the limit at `maxConcurrent`. */
 export function initialCapacity(limits: CapacityLimits): CapacityState {
   return { buckets: {}, pausedUntil: 0, limit: limits.maxConcurrent, successes: 0, ignoreUpTo: 0 };
+}
+
+/**
+ * The state brought to `now`, before any decision: each bucket's refill added (which also
+ * restarts the refill from `now` after the clock stepped back), and a pause that a backward
+ * step would stretch past {@link MAX_PAUSE_MS} cut to it; a pause that is over is dropped.
+ */
+export function capacityAt(limits: CapacityLimits, state: CapacityState, now: number): CapacityState {
+  // The common case costs nothing: slots only, no pause.
+  if (limits.rate === undefined && state.pausedUntil === 0) return state;
+  const buckets = refill(limits.rate ?? {}, state.buckets, now);
+  const pausedUntil = state.pausedUntil <= now ? 0 : Math.min(state.pausedUntil, now + MAX_PAUSE_MS);
+  return { ...state, buckets, pausedUntil };
 }
 
 /** What a release tells the capacity. */
@@ -200,5 +214,5 @@ function adaptiveSignal(facts: ReleaseFacts, provider: ProviderFeedback | undefi
     return { kind: 'overload', grant: facts.grant, newestGrant: facts.newestGrant };
   }
   const answered = status !== undefined ? status >= 200 && status < 400 : facts.details?.usage !== undefined;
-  return answered ? { kind: 'success', active: facts.active } : { kind: 'none' };
+  return answered ? { kind: 'success', active: facts.active, grant: facts.grant } : { kind: 'none' };
 }

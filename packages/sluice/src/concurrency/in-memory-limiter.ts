@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { allocate, effectiveLimits, hasRoom } from './allocate.js';
 import { budgetsOf, budgetStats, type TokenCost } from './budgets.js';
-import { initialCapacity, settleRelease, type CapacityState, type ReleaseEffect } from './capacity.js';
+import { capacityAt, initialCapacity, settleRelease, type CapacityState, type ReleaseEffect } from './capacity.js';
 import type { ReleaseDetails } from './capacity-types.js';
 import { systemClock, type Clock, type ClockTimer } from './clock.js';
 import type { ConcurrencyEvent, ConcurrencyEventListener } from './events.js';
@@ -113,6 +113,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
     const signal = request.signal;
 
     const now = this.#clock.now();
+    this.#capacity = capacityAt(this.limits, this.#capacity, now);
     this.#sweep(now);
     // Slots only: between events every grantable waiter has been granted, so a workload with
     // room has no queue of its own and nobody eligible is ahead: grant at once. With budgets
@@ -236,6 +237,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
     const record = this.#leases.get(lease.id);
     if (record === undefined && details?.provider === undefined) return RESOLVED;
     const now = this.#clock.now();
+    this.#capacity = capacityAt(this.limits, this.#capacity, now);
     const active = this.#active.reduce((a, b) => a + b, 0);
     if (record !== undefined) {
       this.#leases.delete(lease.id);
@@ -259,6 +261,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
 
   stats(): ConcurrencyStats<W> {
     const now = this.#clock.now();
+    this.#capacity = capacityAt(this.limits, this.#capacity, now);
     this.#sweep(now);
     return statsOf(
       this.limits,
@@ -355,6 +358,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
       this.#wakeTimer = undefined;
       this.#wakeAt = undefined;
       const t = this.#clock.now();
+      this.#capacity = capacityAt(this.limits, this.#capacity, t);
       this.#sweep(t);
       this.#drain(t);
     }, at - now);

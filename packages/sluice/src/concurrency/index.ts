@@ -61,9 +61,28 @@ export type {
   KeyHistory,
   WaitingEntry,
 } from './allocate.js';
-export { optionError, resolveKey, resolveLimiterOptions, resolveWorkload } from './options.js';
-export type { ResolvedLimits, ResolvedWorkload } from './options.js';
-export { limiterErrors, prepareAcquire, statsOf } from './front.js';
+export { effectiveLimits } from './allocate.js';
+export type { AllocationCapacity } from './allocate.js';
+export { budgetStats, levelAt } from './budgets.js';
+export type { BucketLevel, BucketLevels, BudgetFigures, TokenCost } from './budgets.js';
+export {
+  DEFAULT_PAUSE_MS,
+  initialCapacity,
+  MAX_PAUSE_MS,
+  OVERLOAD_STATUSES,
+  settleRelease,
+} from './capacity.js';
+export type { CapacityLimits, CapacityState, ReleaseEffect, ReleaseFacts } from './capacity.js';
+export { DECREASE_FACTOR } from './adaptive.js';
+export {
+  adaptiveFloor,
+  optionError,
+  resolveKey,
+  resolveLimiterOptions,
+  resolveWorkload,
+} from './options.js';
+export type { ResolvedAdaptive, ResolvedLimits, ResolvedWorkload } from './options.js';
+export { limiterErrors, prepareAcquire, resolveTokens, statsOf } from './front.js';
 export type { LimiterErrors, PreparedAcquire, WorkloadCounts } from './front.js';
 export { lineageOf } from './errors.js';
 export { concurrencyConformanceCases } from './conformance.js';

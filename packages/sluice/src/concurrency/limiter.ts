@@ -1,5 +1,6 @@
 import type { BudgetsStats, ReleaseDetails, TokenCounts } from './capacity-types.js';
 import type { RequestLineage } from './errors.js';
+import type { ConcurrencyEventListener } from './events.js';
 
 /** What a caller asks a limiter for: one slot, for one provider request. */
 export interface AcquireRequest<W extends string = string> extends RequestLineage {
@@ -96,4 +97,9 @@ export interface ConcurrencyLimiter<W extends string = string> {
   validateWorkload?(workload?: string): W;
   /** Active and queued counts, in total and per workload. */
   stats?(): ConcurrencyStats<W> | Promise<ConcurrencyStats<W>>;
+  /**
+   * Hears the limiter's own events (`provider-throttled`, `limit-changed`), whoever caused
+   * them. Returns the function that stops listening.
+   */
+  subscribe?(listener: ConcurrencyEventListener): () => void;
 }
