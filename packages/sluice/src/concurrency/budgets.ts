@@ -119,7 +119,8 @@ export function waitToFit(
     const bucket = levels[name];
     const cost = costIn(name, tokens);
     const fitsAfter = (ms: number) => levelAt(figure, bucket, now + ms) >= cost - FIT_EPSILON;
-    if (fitsAfter(0)) continue;
+    // Taking nothing from a budget, a request does not wait for it, even in debt.
+    if (cost === 0 || fitsAfter(0)) continue;
     // More than the bucket ever holds (acquire refuses such requests; stored limits may change).
     if (cost > figure + FIT_EPSILON) return Infinity;
     // The first whole millisecond at which it fits, by the same test as at the grant (the

@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { ConcurrencyError } from './errors.js';
 import { ConcurrencyConfigError, ConcurrencyQueueFullError, ConcurrencyTimeoutError } from './errors.js';
 import type { AcquireRequest, ConcurrencyLease, ConcurrencyLimiter } from './limiter.js';
+import { capacityConformanceCases } from './conformance-capacity.js';
 import { fairnessConformanceCases, waitUntilQueued } from './conformance-fairness.js';
 import type { ConcurrencyLimiterOptions } from './options.js';
 
@@ -27,6 +28,13 @@ export interface ConformanceOptions {
    * @default 150
    */
   shortWaitMs?: number;
+  /**
+   * Whether the limiter under test supports budgets and provider feedback (`rate`, usage and
+   * `provider` at release): adds the cases of DESIGN.md part 3. Leave it off for a limiter
+   * without them; it must still accept (and may ignore) the second argument of `release`.
+   * @default false
+   */
+  budgets?: boolean;
 }
 
 export interface ConformanceCase {
@@ -164,6 +172,22 @@ export function concurrencyConformanceCases(options: ConformanceOptions): Confor
         if (outcome.ok) await limiter.release(outcome.value);
         assert.ok(!outcome.ok, 'nobody else may get the slot of a lease that is being renewed');
         await limiter.release(lease);
+      }),
+    },
+    {
+      name: "release takes the request's usage and the provider's answer, and frees the slot",
+      run: withLimiters(async (make) => {
+        const limiter = await make({ maxConcurrent: 1 });
+        const a = await limiter.acquire({ tokens: { input: 1_200, output: 800 } });
+        await limiter.release(a, {
+          usage: { input: 950, output: 312 },
+          provider: { status: 200, limits: { tokens: { limit: 100_000, remaining: 99_000, resetMs: 600 } } },
+        });
+        const b = await limiter.acquire({ timeoutMs: long });
+        await expectTimeout(limiter);
+        await limiter.release(b, { usage: { input: 10 } });
+        await limiter.release(b, { usage: { input: 10 } });
+        await limiter.release(await limiter.acquire({ timeoutMs: long }));
       }),
     },
     {
@@ -407,6 +431,9 @@ export function concurrencyConformanceCases(options: ConformanceOptions): Confor
     },
   ];
   for (const c of fairnessConformanceCases()) cases.push({ name: c.name, run: withLimiters(c.run) });
+  if (options.budgets) {
+    for (const c of capacityConformanceCases(short)) cases.push({ name: c.name, run: withLimiters(c.run) });
+  }
   return cases;
 }
 

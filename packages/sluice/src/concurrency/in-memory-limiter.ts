@@ -1,7 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { allocate, effectiveLimits, hasRoom } from './allocate.js';
 import { budgetsOf, budgetStats, type TokenCost } from './budgets.js';
-import { capacityAt, initialCapacity, settleRelease, type CapacityState, type ReleaseEffect } from './capacity.js';
+import {
+  capacityAt,
+  initialCapacity,
+  settleRelease,
+  type CapacityState,
+  type ReleaseEffect,
+} from './capacity.js';
 import type { ReleaseDetails } from './capacity-types.js';
 import { systemClock, type Clock, type ClockTimer } from './clock.js';
 import type { ConcurrencyEvent, ConcurrencyEventListener } from './events.js';
@@ -166,7 +172,10 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
       waiter.deadline = now + timeoutMs;
       waiter.timer = this.#clock.setTimeout(() => {
         waiter.timer = undefined;
-        if (waiter.queued) this.#expire(waiter, this.#clock.now());
+        if (!waiter.queued) return;
+        const at = this.#clock.now();
+        this.#expire(waiter, at);
+        this.#afterLeave(at);
       }, timeoutMs);
     }
     if (signal) {
@@ -174,10 +183,19 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
         if (!waiter.queued) return;
         this.#dequeue(waiter);
         waiter.reject(signal.reason);
+        this.#afterLeave(this.#clock.now());
       };
       signal.addEventListener('abort', waiter.onAbort, { once: true });
     }
     return promise;
+  }
+
+  /**
+   * A waiter left without a grant. With slots only that frees nothing; with budgets it may
+   * have been a head waiting for a refill, which held back the requests ranked after it.
+   */
+  #afterLeave(now: number): void {
+    if (this.#rated) this.#drain(now);
   }
 
   /** Why a request that cannot have a slot now may not wait either: a full queue, or no time to wait. */

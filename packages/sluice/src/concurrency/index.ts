@@ -74,13 +74,7 @@ export {
 } from './capacity.js';
 export type { CapacityLimits, CapacityState, ReleaseEffect, ReleaseFacts } from './capacity.js';
 export { DECREASE_FACTOR } from './adaptive.js';
-export {
-  adaptiveFloor,
-  optionError,
-  resolveKey,
-  resolveLimiterOptions,
-  resolveWorkload,
-} from './options.js';
+export { adaptiveFloor, optionError, resolveKey, resolveLimiterOptions, resolveWorkload } from './options.js';
 export type { ResolvedAdaptive, ResolvedLimits, ResolvedWorkload } from './options.js';
 export { limiterErrors, prepareAcquire, resolveTokens, statsOf } from './front.js';
 export type { LimiterErrors, PreparedAcquire, WorkloadCounts } from './front.js';

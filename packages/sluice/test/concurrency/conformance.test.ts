@@ -9,7 +9,32 @@ import {
 } from 'sluice/concurrency';
 
 describe('conformance: in-memory limiter', () => {
-  for (const c of concurrencyConformanceCases({ createLimiter: (o) => createConcurrencyLimiter(o) })) {
+  for (const c of concurrencyConformanceCases({
+    createLimiter: (o) => createConcurrencyLimiter(o),
+    budgets: true,
+  })) {
+    it(c.name, () => c.run());
+  }
+});
+
+/**
+ * A limiter of someone else's, written before budgets: its release takes one argument, so
+ * usage and the provider's answer are dropped. Without `budgets` the suite must pass it.
+ */
+function withoutBudgets(options: ConcurrencyLimiterOptions<string>): ConcurrencyLimiter<string> {
+  const { rate: _rate, adaptive: _adaptive, ...known } = options;
+  const inner = createConcurrencyLimiter(known);
+  return {
+    name: inner.name,
+    acquire: (request) => inner.acquire(request && { ...request, tokens: undefined }),
+    renew: (lease) => inner.renew(lease),
+    release: (lease: ConcurrencyLease<string>) => inner.release(lease),
+    stats: () => inner.stats(),
+  };
+}
+
+describe('conformance: a custom limiter that ignores the second argument of release', () => {
+  for (const c of concurrencyConformanceCases({ createLimiter: withoutBudgets })) {
     it(c.name, () => c.run());
   }
 });
@@ -129,6 +154,26 @@ describe('conformance suite catches broken limiters', () => {
     const failed = await failingCases(leakingOnCancel);
     expect(failed).toContain('an aborted signal removes the waiter and rejects with its reason');
     expect(failed).toContain('cancelling at the moment of a grant never leaks a slot');
+  }, 60_000);
+
+  it('a limiter that ignores budgets fails the budget cases when it claims them', async () => {
+    const cases = concurrencyConformanceCases({
+      createLimiter: withoutBudgets,
+      budgets: true,
+      shortWaitMs: 60,
+    });
+    const failed: string[] = [];
+    for (const c of cases.filter((c) => /budget|429|remaining|usage|whole budget/.test(c.name))) {
+      await c.run().catch(() => failed.push(c.name));
+    }
+    expect(failed).toEqual([
+      'a request budget grants no more than its figure',
+      'a request larger than a whole budget fails at once with ConcurrencyConfigError',
+      'release with usage refunds what the estimate left over; without usage the estimate stays',
+      'a request waiting for a budget holds back the requests after it, until it leaves',
+      'a provider 429 pauses every new grant until its retry time',
+      'a provider remaining below the bucket lowers it',
+    ]);
   }, 60_000);
 
   it('a limiter that ignores keys', async () => {

@@ -4,6 +4,13 @@
  * from the rules in the spec (and fair queuing by key: start tags, smallest first, from the
  * rule in allocate.ts, written again here with arrays). After every step the two must agree on every request's fate and
  * on the counts, and the limits must hold.
+ *
+ * Budgets and the provider's pause too (DESIGN.md part 3): token buckets that refill with the
+ * manual clock, token estimates at acquire, usage and 429s at release, and the rule for a
+ * head that does not fit a budget yet (allocate.ts), written again here: the model tries a
+ * grant at every moment something could change (an expiry, a deadline, the pause's end, the
+ * first millisecond each waiting request fits each budget, give or take one) and the two
+ * must agree on who got what, when.
  */
 import fc from 'fast-check';
 import { setImmediate as flush } from 'node:timers/promises';
@@ -14,15 +21,26 @@ import {
   ConcurrencyTimeoutError,
   ManualClock,
   createConcurrencyLimiter,
+  type BudgetName,
   type ConcurrencyLease,
+  type RateOptions,
   type WorkloadOptions,
 } from 'sluice/concurrency';
 
 const TTL = 100;
 
+const RATE_FIELDS: Record<BudgetName, keyof RateOptions> = {
+  requests: 'requestsPerMinute',
+  tokens: 'tokensPerMinute',
+  inputTokens: 'inputTokensPerMinute',
+  outputTokens: 'outputTokensPerMinute',
+};
+
 interface Config {
   maxConcurrent: number;
   maxQueued: number | undefined;
+  /** Per-minute figures by budget; absent: slots only. */
+  rate: Partial<Record<BudgetName, number>> | undefined;
   workloads: {
     name: string;
     options: Required<Pick<WorkloadOptions, 'maxConcurrent' | 'reserved' | 'priority'>> & {
@@ -38,11 +56,18 @@ type Op =
       key: number | undefined;
       timeoutMs: number | undefined;
       cancellable: boolean;
+      tokens: { input: number; output: number } | undefined;
     }
   | { kind: 'cancel'; pick: number }
   | { kind: 'advance'; ms: number }
   | { kind: 'renew'; pick: number }
-  | { kind: 'release'; pick: number };
+  | {
+      kind: 'release';
+      pick: number;
+      usage: { input: number; output: number } | undefined;
+      /** A 429 with this retry time (`null`: none given, 1 s). */
+      throttle: number | null | undefined;
+    };
 
 const configArb: fc.Arbitrary<Config> = fc
   .record({
@@ -57,12 +82,26 @@ const configArb: fc.Arbitrary<Config> = fc
       }),
       { minLength: 1, maxLength: 3 },
     ),
+    rate: fc.option(
+      fc.record(
+        {
+          // Small enough that a scenario drains them and waits for their refill.
+          requests: fc.constantFrom(2, 5, 60),
+          tokens: fc.constantFrom(1_000, 2_000, 6_000),
+          inputTokens: fc.constantFrom(1_000, 3_000),
+          outputTokens: fc.constantFrom(300, 1_000),
+        },
+        { requiredKeys: [] },
+      ),
+      { nil: undefined, freq: 2 },
+    ),
   })
-  .map(({ maxConcurrent, maxQueued, workloads }) => {
+  .map(({ maxConcurrent, maxQueued, workloads, rate }) => {
     let reservable = maxConcurrent;
     return {
       maxConcurrent,
       maxQueued,
+      rate,
       workloads: workloads.map((w, i) => {
         const ceiling = Math.min(w.ceiling, maxConcurrent);
         const reserved = Math.min(w.reserved, ceiling, reservable);
@@ -91,18 +130,52 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
       key: fc.option(fc.nat(2), { nil: undefined }),
       timeoutMs: fc.option(fc.integer({ min: -1, max: 300 }), { nil: undefined, freq: 2 }),
       cancellable: fc.boolean(),
+      tokens: fc.option(
+        fc.record({
+          // Mostly a fraction of the budgets; now and then more than a whole one.
+          input: fc.oneof(
+            { weight: 8, arbitrary: fc.integer({ min: 50, max: 600 }) },
+            { weight: 1, arbitrary: fc.integer({ min: 0, max: 8_000 }) },
+          ),
+          output: fc.oneof(
+            { weight: 8, arbitrary: fc.integer({ min: 0, max: 150 }) },
+            { weight: 1, arbitrary: fc.integer({ min: 0, max: 1_500 }) },
+          ),
+        }),
+        { nil: undefined, freq: 4 },
+      ),
     }),
   },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('cancel' as const), pick: fc.nat() }) },
   {
     weight: 3,
-    arbitrary: fc.record({ kind: fc.constant('advance' as const), ms: fc.integer({ min: 1, max: 120 }) }),
+    arbitrary: fc.record({
+      kind: fc.constant('advance' as const),
+      ms: fc.oneof(
+        { weight: 6, arbitrary: fc.integer({ min: 1, max: 120 }) },
+        { weight: 1, arbitrary: fc.integer({ min: 1_000, max: 30_000 }) },
+      ),
+    }),
   },
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('renew' as const), pick: fc.nat() }) },
-  { weight: 3, arbitrary: fc.record({ kind: fc.constant('release' as const), pick: fc.nat() }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      kind: fc.constant('release' as const),
+      pick: fc.nat(),
+      usage: fc.option(
+        fc.record({ input: fc.integer({ min: 0, max: 3_000 }), output: fc.integer({ min: 0, max: 1_000 }) }),
+        { nil: undefined },
+      ),
+      throttle: fc.option(fc.oneof(fc.constant(null), fc.integer({ min: 1, max: 150 })), {
+        nil: undefined,
+        freq: 4,
+      }),
+    }),
+  },
 );
 
-type Fate = 'waiting' | 'granted' | 'timed-out' | 'cancelled' | 'queue-full';
+type Fate = 'waiting' | 'granted' | 'timed-out' | 'cancelled' | 'queue-full' | 'config-error';
 
 // ---- The reference model: arrays and loops, no cleverness. ----
 
@@ -118,6 +191,13 @@ interface ModelRequest {
   /** Set while granted and the lease has not expired or been released. */
   leaseExpiresAt: number | undefined;
   everGranted: boolean;
+  /** Its estimate, both parts present. */
+  tokens: { input: number; output: number };
+}
+
+interface Bucket {
+  level: number;
+  at: number;
 }
 
 class Model {
@@ -127,8 +207,43 @@ class Model {
   virtualTime: number[];
   /** Per workload and key (`${workload}/${key}`): the tag of the key's latest grant. */
   lastGrant = new Map<string, number>();
+  /** Each configured budget's level at a time; a bucket starts full. */
+  buckets = new Map<BudgetName, Bucket>();
+  pausedUntil = 0;
   constructor(readonly config: Config) {
     this.virtualTime = config.workloads.map(() => 0);
+    for (const [name, figure] of Object.entries(config.rate ?? {}) as [BudgetName, number][]) {
+      this.buckets.set(name, { level: figure, at: 0 });
+    }
+  }
+
+  figure(name: BudgetName): number {
+    return this.config.rate![name]!;
+  }
+
+  cost(name: BudgetName, tokens: { input: number; output: number }): number {
+    if (name === 'requests') return 1;
+    if (name === 'tokens') return tokens.input + tokens.output;
+    return name === 'inputTokens' ? tokens.input : tokens.output;
+  }
+
+  /** A bucket's level at `t`: its level then, plus the refill since, up to the figure. */
+  level(name: BudgetName, t = this.now): number {
+    const b = this.buckets.get(name)!;
+    return Math.min(this.figure(name), b.level + ((t - b.at) * this.figure(name)) / 60_000);
+  }
+
+  /** Adds `delta` to a bucket at the current time: never past the figure, at most one figure in debt. */
+  change(name: BudgetName, delta: number): void {
+    const figure = this.figure(name);
+    this.buckets.set(name, {
+      level: Math.min(figure, Math.max(-figure, this.level(name) + delta)),
+      at: this.now,
+    });
+  }
+
+  fits(name: BudgetName, tokens: { input: number; output: number }, t = this.now): boolean {
+    return this.level(name, t) >= this.cost(name, tokens) - 1e-6;
   }
 
   /** The tag a new request of `key` in workload `w` starts with. */
@@ -141,6 +256,7 @@ class Model {
   }
 
   grant(r: ModelRequest): void {
+    for (const name of this.buckets.keys()) this.change(name, -this.cost(name, r.tokens));
     r.fate = 'granted';
     r.everGranted = true;
     r.leaseExpiresAt = this.now + TTL;
@@ -180,10 +296,14 @@ class Model {
   }
 
   grantAll(): void {
+    if (this.now < this.pausedUntil) return;
+    // Workloads closed by a head waiting for a budget, and the budgets such heads claim.
+    const closed = new Set<number>();
+    const claimed = new Set<BudgetName>();
     for (;;) {
-      // Each workload with room offers its head: smallest tag, then the longest waiter.
+      // Each open workload with room offers its head: smallest tag, then the longest waiter.
       const heads = this.config.workloads.flatMap((_, w) => {
-        if (!this.canGrant(w)) return [];
+        if (closed.has(w) || !this.canGrant(w)) return [];
         const queue = this.waiting().filter((r) => r.workload === w);
         queue.sort((a, b) => a.tag - b.tag || a.id - b.id);
         return queue.length > 0 ? [queue[0]!] : [];
@@ -195,11 +315,40 @@ class Model {
           this.config.workloads[b.workload]!.options.priority -
             this.config.workloads[a.workload]!.options.priority || a.id - b.id,
       );
-      this.grant(heads[0]!);
+      const head = heads[0]!;
+      const needs = [...this.buckets.keys()].filter((name) => this.cost(name, head.tokens) > 0);
+      const blocked =
+        needs.some((name) => claimed.has(name)) || needs.some((name) => !this.fits(name, head.tokens));
+      if (blocked) {
+        closed.add(head.workload);
+        for (const name of needs) claimed.add(name);
+        continue;
+      }
+      this.grant(head);
     }
   }
 
-  acquire(id: number, workload: number, key: string, timeoutMs: number | undefined): ModelRequest {
+  /** Times after now at which a waiting request may come to fit a budget (give or take 1 ms). */
+  refillTimes(): number[] {
+    const times: number[] = [];
+    for (const r of this.waiting()) {
+      for (const [name, b] of this.buckets) {
+        const short = this.cost(name, r.tokens) - b.level;
+        if (short <= 0) continue;
+        const t = b.at + Math.ceil((short * 60_000) / this.figure(name));
+        times.push(t - 1, t, t + 1);
+      }
+    }
+    return times.filter((t) => t > this.now);
+  }
+
+  acquire(
+    id: number,
+    workload: number,
+    key: string,
+    timeoutMs: number | undefined,
+    tokens: { input: number; output: number } | undefined,
+  ): ModelRequest {
     const w = this.config.workloads[workload]!;
     const wait = [w.options.maxWaitMs, timeoutMs]
       .filter((x) => x !== undefined)
@@ -213,19 +362,26 @@ class Model {
       deadline: undefined,
       leaseExpiresAt: undefined,
       everGranted: false,
+      tokens: tokens ?? { input: 0, output: 0 },
     };
-    if (timeoutMs !== undefined && timeoutMs <= 0) r.fate = 'timed-out';
-    else if (this.canGrant(workload)) {
-      r.tag = this.tagFor(workload, key);
-      this.grant(r);
-    } else if (this.config.maxQueued !== undefined && this.waiting().length >= this.config.maxQueued)
-      r.fate = 'queue-full';
-    else if (wait <= 0) r.fate = 'timed-out';
-    else {
-      r.tag = this.tagFor(workload, key);
-      r.deadline = wait === Infinity ? undefined : this.now + wait;
+    if ([...this.buckets.keys()].some((name) => this.cost(name, r.tokens) > this.figure(name))) {
+      r.fate = 'config-error';
+    } else if (timeoutMs !== undefined && timeoutMs <= 0) {
+      r.fate = 'timed-out';
     }
+    if (r.fate !== 'waiting') {
+      this.requests.push(r);
+      return r;
+    }
+    // Tried as if queued: granted if the rules take it now.
+    r.tag = this.tagFor(workload, key);
     this.requests.push(r);
+    this.grantAll();
+    if ((r.fate as Fate) === 'granted') return r;
+    const others = this.waiting().length - 1;
+    if (this.config.maxQueued !== undefined && others >= this.config.maxQueued) r.fate = 'queue-full';
+    else if (wait <= 0) r.fate = 'timed-out';
+    else r.deadline = wait === Infinity ? undefined : this.now + wait;
     return r;
   }
 
@@ -237,6 +393,8 @@ class Model {
         ...this.waiting()
           .filter((r) => r.deadline !== undefined)
           .map((r) => r.deadline!),
+        ...(this.pausedUntil > this.now ? [this.pausedUntil] : []),
+        ...this.refillTimes(),
       ].filter((t) => t <= target);
       if (times.length === 0) break;
       this.now = Math.max(this.now, Math.min(...times));
@@ -255,7 +413,19 @@ class Model {
     return true;
   }
 
-  release(r: ModelRequest): void {
+  release(
+    r: ModelRequest,
+    usage: { input: number; output: number } | undefined,
+    throttle: number | null | undefined,
+  ): void {
+    // A lease still held is settled to its usage; one gone (expired, released) is not.
+    if (r.leaseExpiresAt !== undefined && usage !== undefined) {
+      for (const name of this.buckets.keys()) {
+        this.change(name, this.cost(name, r.tokens) - this.cost(name, usage));
+      }
+    }
+    // The provider's 429 pauses every grant, whoever's lease it was.
+    if (throttle !== undefined) this.pausedUntil = Math.max(this.pausedUntil, this.now + (throttle ?? 1000));
     r.leaseExpiresAt = undefined;
     this.grantAll();
   }
@@ -271,12 +441,22 @@ interface RealRequest {
 
 async function runScenario(config: Config, ops: Op[]): Promise<void> {
   const clock = new ManualClock(0);
+  const rate =
+    config.rate === undefined
+      ? undefined
+      : Object.fromEntries(
+          (Object.entries(config.rate) as [BudgetName, number][]).map(([name, figure]) => [
+            RATE_FIELDS[name],
+            figure,
+          ]),
+        );
   const limiter = createConcurrencyLimiter({
     maxConcurrent: config.maxConcurrent,
     maxQueued: config.maxQueued,
     leaseTtlMs: TTL,
     clock,
     workloads: Object.fromEntries(config.workloads.map((w) => [w.name, w.options])),
+    ...(rate && { rate }),
   });
   const model = new Model(config);
   const real: RealRequest[] = [];
@@ -298,6 +478,7 @@ async function runScenario(config: Config, ops: Op[]): Promise<void> {
             key: op.key === undefined ? undefined : `k${op.key}`,
             timeoutMs: op.timeoutMs,
             signal: entry.controller?.signal,
+            tokens: op.tokens,
           })
           .then(
             (lease) => {
@@ -307,11 +488,18 @@ async function runScenario(config: Config, ops: Op[]): Promise<void> {
             (error: unknown) => {
               if (error instanceof ConcurrencyTimeoutError) entry.fate = 'timed-out';
               else if (error instanceof ConcurrencyQueueFullError) entry.fate = 'queue-full';
+              else if (error instanceof ConcurrencyConfigError) entry.fate = 'config-error';
               else if (error === entry.controller?.signal.reason) entry.fate = 'cancelled';
               else entry.fate = 'other';
             },
           );
-        model.acquire(real.length - 1, workload, op.key === undefined ? '' : `k${op.key}`, op.timeoutMs);
+        model.acquire(
+          real.length - 1,
+          workload,
+          op.key === undefined ? '' : `k${op.key}`,
+          op.timeoutMs,
+          op.tokens,
+        );
         break;
       }
       case 'cancel': {
@@ -343,8 +531,16 @@ async function runScenario(config: Config, ops: Op[]): Promise<void> {
             real[target.id]!.lease = renewed;
           }
         } else {
-          await limiter.release(lease!);
-          model.release(target);
+          const provider =
+            op.throttle === undefined
+              ? undefined
+              : { status: 429, ...(op.throttle !== null && { retryAfterMs: op.throttle }) };
+          const details =
+            op.usage === undefined && provider === undefined
+              ? undefined
+              : { ...(op.usage && { usage: op.usage }), ...(provider && { provider }) };
+          await limiter.release(lease!, details);
+          model.release(target, op.usage, op.throttle);
         }
         break;
       }
@@ -371,9 +567,24 @@ async function runScenario(config: Config, ops: Op[]): Promise<void> {
       model.allowed(config.workloads.map((w) => stats.workloads[w.name]!.active)),
       `${where}: limits`,
     ).toBe(true);
-    // No one waits while the rules would let them in.
-    for (const r of model.waiting())
-      expect(model.canGrant(r.workload), `${where}: ${r.id} starved`).toBe(false);
+    // No one waits while the rules would let them in (with slots only: a request may also
+    // wait for a budget or for the pause's end, which the fates above already compare).
+    if (config.rate === undefined && model.now >= model.pausedUntil) {
+      for (const r of model.waiting())
+        expect(model.canGrant(r.workload), `${where}: ${r.id} starved`).toBe(false);
+    }
+    // The budgets agree (to the token: `available` is rounded down, and the two count the
+    // same refill in different steps, so a level a rounding error from a whole number may
+    // round either way).
+    for (const name of model.buckets.keys()) {
+      const real = stats.budgets?.[name];
+      expect(real?.capacity, `${where}: ${name} capacity`).toBe(model.figure(name));
+      const expected = Math.max(0, Math.floor(model.level(name)));
+      expect(Math.abs(real!.available - expected), `${where}: ${name} available`).toBeLessThanOrEqual(1);
+      // Never more than the figure, never deeper than a figure in debt.
+      expect(model.level(name)).toBeLessThanOrEqual(model.figure(name));
+      expect(model.level(name)).toBeGreaterThanOrEqual(-model.figure(name));
+    }
   }
 
   // Clean up: every slot back, nothing queued, no deadline timer left behind.
@@ -386,9 +597,13 @@ async function runScenario(config: Config, ops: Op[]): Promise<void> {
         await limiter.release(r.lease);
       }
     }
+    // Past any pause and any refill (a bucket is at most one figure in debt: two minutes).
+    clock.advance(2 * 60_000);
     await flush();
   }
   expect(limiter.stats()).toMatchObject({ active: 0, queued: 0 });
+  // Nothing waits, so no wake timer is left: only the lease sweep, gone by now.
+  expect(clock.pendingTimers).toBe(0);
 }
 
 describe('in-memory limiter against a reference model', () => {
