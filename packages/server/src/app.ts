@@ -259,6 +259,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     for (const socket of quiet) socket.destroy();
     await closing;
     await callbacks.stop();
+    ops.close();
     upkeep.stop();
     await events.stop();
     if (!options.cache) await cache.close().catch(() => undefined);

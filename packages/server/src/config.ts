@@ -1,4 +1,4 @@
-import type { Agent } from 'sluice';
+import type { Agent, ConcurrencyConfigError } from 'sluice';
 import { runClasses, type RunClass } from './runs/lifecycle.js';
 import type { RunsConfig, ServerSettings, WebsocketConfig } from './settings.js';
 
@@ -42,6 +42,30 @@ export interface SluiceConfig {
   websocket?: WebsocketConfig;
   /** Called when the server stops (close a provider stand-in, pools...). */
   close?: () => Promise<void> | void;
+}
+
+/**
+ * A config module that could not be loaded because of one of its limiters: `cause` is the
+ * limiter's `ConcurrencyConfigError`, with `limiter`, `field` and `value`.
+ */
+export class ConfigLoadError extends Error {
+  override readonly name = 'ConfigLoadError';
+  constructor(
+    message: string,
+    readonly file: string,
+    override readonly cause: ConcurrencyConfigError,
+  ) {
+    super(message, { cause });
+  }
+
+  /** The option at fault, such as `rate.tokensPerMinute`. */
+  get field(): string | undefined {
+    return this.cause.field;
+  }
+
+  get limiter(): string {
+    return this.cause.limiter;
+  }
 }
 
 /**

@@ -1,7 +1,7 @@
 /**
  * `@sluice/server`: the HTTP run server for Sluice agents.
  */
-export { defineConfig } from './config.js';
+export { ConfigLoadError, defineConfig } from './config.js';
 export type { SluiceConfig, TenantQuota } from './config.js';
 export { createApp } from './app.js';
 export type { ServerApp, AppOptions } from './app.js';

@@ -2,7 +2,8 @@ import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { createApp, type AppOptions, type ServerApp } from './app.js';
-import type { SluiceConfig } from './config.js';
+import { ConcurrencyConfigError } from 'sluice';
+import { ConfigLoadError, type SluiceConfig } from './config.js';
 import { perProcessWarning, settingsOfConfig } from './cache/open.js';
 import { demoConfig } from './demo-config.js';
 import { resolveSettings } from './settings.js';
@@ -39,15 +40,37 @@ export async function loadConfig(file?: string): Promise<{ config: SluiceConfig;
       if (file) throw new Error(`Config file ${file} not found`);
       continue;
     }
-    const module = (await import(pathToFileURL(path).href)) as {
-      default?: SluiceConfig | (() => Promise<SluiceConfig>);
-    };
-    const exported = module.default;
-    const config = typeof exported === 'function' ? await exported() : exported;
+    const config = await importConfig(path).catch((error: unknown) => {
+      throw configLoadError(candidate, error);
+    });
     if (!config) throw new Error(`${candidate} has no default export`);
     return { config, source: candidate };
   }
   return { config: await demoConfig(), source: 'built-in demo' };
+}
+
+async function importConfig(path: string): Promise<SluiceConfig | undefined> {
+  const module = (await import(pathToFileURL(path).href)) as {
+    default?: SluiceConfig | (() => Promise<SluiceConfig>);
+  };
+  const exported = module.default;
+  return typeof exported === 'function' ? await exported() : exported;
+}
+
+/**
+ * A limiter the config builds with an option it cannot take (a `rate` figure, `adaptive`,
+ * `maxConcurrent`...) throws while the module loads. The start fails with the file and the
+ * limiter in front of the limiter's own message, which names the field, what it takes and
+ * the value given; anything else is passed on as it came.
+ */
+function configLoadError(file: string, error: unknown): unknown {
+  // By name too: a config may load its own copy of sluice, whose class is another object.
+  const fromLimiter =
+    error instanceof ConcurrencyConfigError ||
+    (error instanceof Error && error.name === 'ConcurrencyConfigError' && 'limiter' in error);
+  if (!fromLimiter) return error;
+  const cause = error as ConcurrencyConfigError;
+  return new ConfigLoadError(`${file}: limiter \`${cause.limiter}\`: ${cause.message}`, file, cause);
 }
 
 /**

@@ -2,6 +2,8 @@ import type { Database } from '@sluice/postgres/database';
 import type { SluiceConfig } from '../config.js';
 import type { Executor } from '../runs/executor.js';
 import { AdmissionLog, type RecentRefusal } from './admissions.js';
+import { CapacityBook, type LimiterCapacity } from './capacity.js';
+import { readStats } from './limiters.js';
 import { Metrics } from './metrics.js';
 import { RunCounts, type RunCount, type RunCountsOptions } from './run-counts.js';
 import { SlotBook, type WorkloadSlots } from './slots.js';
@@ -14,6 +16,8 @@ export interface Overview {
   /** When the figures were read (ISO). */
   readonly at: string;
   readonly limiters: readonly WorkloadSlots[];
+  /** Each limiter's effective limit, budgets and provider throttles (limiters that report them). */
+  readonly capacity: readonly LimiterCapacity[];
   readonly runs: readonly RunCount[];
   /** This process's last refusals, newest first. */
   readonly refusals: readonly RecentRefusal[];
@@ -30,13 +34,20 @@ export class Ops {
   readonly slots: SlotBook;
   readonly runs: RunCounts;
   readonly admissions: AdmissionLog;
+  readonly capacity: CapacityBook;
   readonly metrics: Metrics;
 
   constructor(db: Database, config: SluiceConfig, executor: Executor, options: OpsOptions = {}) {
     this.slots = new SlotBook(config);
     this.runs = new RunCounts(db, options.runCounts);
     this.admissions = new AdmissionLog(options.recentRefusals ?? 50);
-    this.metrics = new Metrics({ slots: this.slots, runs: this.runs, admissions: this.admissions });
+    this.capacity = new CapacityBook(this.slots.limiters);
+    this.metrics = new Metrics({
+      slots: this.slots,
+      runs: this.runs,
+      admissions: this.admissions,
+      capacity: this.capacity,
+    });
     executor.concurrencyListeners.add((event) => {
       this.slots.observe(event);
       this.metrics.observe(event);
@@ -48,7 +59,8 @@ export class Ops {
    * refusals; the limiters are shared by all and carry no tenant), else for all.
    */
   async overview(tenant?: string): Promise<Overview> {
-    const [limiters, runs] = await Promise.all([this.slots.read(), this.runs.read()]);
+    const [stats, runs] = await Promise.all([readStats(this.slots.limiters.values()), this.runs.read()]);
+    const limiters = await this.slots.read(stats);
     const order = (r: RunCount) => `${r.tenant}\u0000${r.class}\u0000${r.status}`;
     const mine = <T extends { tenant: string }>(rows: T[]) =>
       tenant === undefined ? rows : rows.filter((r) => r.tenant === tenant);
@@ -56,8 +68,14 @@ export class Ops {
       object: 'ops.overview',
       at: new Date().toISOString(),
       limiters,
+      capacity: this.capacity.read(stats),
       runs: mine(runs).sort((a, b) => order(a).localeCompare(order(b))),
       refusals: this.admissions.recent(tenant),
     };
+  }
+
+  /** Stops listening to the limiters, which may outlive this server. */
+  close(): void {
+    this.capacity.close();
   }
 }

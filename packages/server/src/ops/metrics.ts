@@ -2,6 +2,8 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom
 import type { ConcurrencyEvent } from 'sluice';
 import { runClasses, runStatuses } from '../runs/lifecycle.js';
 import type { AdmissionLog } from './admissions.js';
+import type { CapacityBook } from './capacity.js';
+import { readStats } from './limiters.js';
 import type { RunCounts } from './run-counts.js';
 import type { SlotBook } from './slots.js';
 
@@ -23,11 +25,16 @@ export class Metrics {
   readonly #wait: Histogram<'limiter' | 'workload'>;
   readonly #runsGauge: Gauge<'class' | 'status'>;
   readonly #admissions: Counter<'class' | 'outcome'>;
+  readonly #capacity: CapacityBook;
+  readonly #limit: Gauge<'limiter'>;
+  readonly #budgetAvailable: Gauge<'limiter' | 'budget'>;
+  readonly #throttled: Counter<'limiter'>;
   #defaults = false;
 
-  constructor(parts: { slots: SlotBook; runs: RunCounts; admissions: AdmissionLog }) {
+  constructor(parts: { slots: SlotBook; runs: RunCounts; admissions: AdmissionLog; capacity: CapacityBook }) {
     this.#slots = parts.slots;
     this.#runs = parts.runs;
+    this.#capacity = parts.capacity;
     const registers = [this.registry];
     this.#slotsActive = new Gauge({
       name: 'sluice_limiter_slots_active',
@@ -62,6 +69,27 @@ export class Metrics {
     });
     for (const runClass of runClasses) this.#admissions.inc({ class: runClass, outcome: 'admitted' }, 0);
     parts.admissions.onDecision((runClass, outcome) => this.#admissions.inc({ class: runClass, outcome }));
+    this.#limit = new Gauge({
+      name: 'sluice_limiter_limit',
+      help: "The limiter's effective concurrency limit: maxConcurrent, or lower while the adaptive limit has lowered it",
+      labelNames: ['limiter'],
+      registers,
+    });
+    this.#budgetAvailable = new Gauge({
+      name: 'sluice_limiter_budget_available',
+      help: 'What a grant could take now from each per-minute budget of the limiter (requests, tokens, inputTokens, outputTokens)',
+      labelNames: ['limiter', 'budget'],
+      registers,
+    });
+    this.#throttled = new Counter({
+      name: 'sluice_limiter_provider_throttled_total',
+      help: 'Times the provider said it was overloaded (429, 503, 529 or nothing remaining) and the limiter paused its grants, as this process heard them',
+      labelNames: ['limiter'],
+      registers,
+    });
+    // Present at 0 from the start for every limiter that reports them: a rate needs the series.
+    for (const limiter of parts.capacity.counted) this.#throttled.inc({ limiter }, 0);
+    parts.capacity.onThrottled((limiter) => this.#throttled.inc({ limiter }));
   }
 
   /** Feeds the wait histogram; pass every slot event of this process's runs. */
@@ -78,13 +106,21 @@ export class Metrics {
       this.#defaults = true;
       collectDefaultMetrics({ register: this.registry });
     }
-    const [slots, runs] = await Promise.all([this.#slots.read(), this.#runs.read()]);
+    const [stats, runs] = await Promise.all([readStats(this.#slots.limiters.values()), this.#runs.read()]);
+    const slots = await this.#slots.read(stats);
     // Reset first: a workload or status that has gone must not keep its last value.
     this.#slotsActive.reset();
     this.#queued.reset();
     for (const s of slots) {
       this.#slotsActive.set({ limiter: s.limiter, workload: s.workload }, s.active);
       this.#queued.set({ limiter: s.limiter, workload: s.workload }, s.queued);
+    }
+    this.#limit.reset();
+    this.#budgetAvailable.reset();
+    for (const c of this.#capacity.read(stats)) {
+      if (c.limit !== undefined) this.#limit.set({ limiter: c.limiter }, c.limit);
+      for (const [budget, b] of Object.entries(c.budgets))
+        this.#budgetAvailable.set({ limiter: c.limiter, budget }, b.available);
     }
     this.#runsGauge.reset();
     // Every class and status appears, at 0 when there is none: a rate or an alert needs the series.

@@ -1,5 +1,6 @@
 import type { ConcurrencyEvent, ConcurrencyLimiter } from 'sluice';
 import type { SluiceConfig } from '../config.js';
+import { limitersOf, readStats, type StatsRead } from './limiters.js';
 
 /** Slots in use and requests waiting, for one workload of one limiter. */
 export interface WorkloadSlots {
@@ -24,19 +25,13 @@ type Counts = { active: number; queued: number };
  * agent with a limiter of its own).
  */
 export class SlotBook {
-  readonly #limiters = new Map<string, ConcurrencyLimiter<string>>();
+  readonly limiters: ReadonlyMap<string, ConcurrencyLimiter<string>>;
   readonly #counts = new Map<string, Map<string, Counts>>();
   /** Open waits by request: a wait that never started (a spent budget) closes nothing. */
   readonly #waits = new Map<string, number>();
 
   constructor(config: SluiceConfig) {
-    for (const agent of Object.values(config.agents)) {
-      const limiter = (agent as { limiter?: ConcurrencyLimiter<string> }).limiter;
-      // Two limiter objects under one name are one limiter to an operator: a shared limiter
-      // opened twice counts the same rows, and an in-memory one named twice is a config mistake
-      // that the first one's figures make no worse.
-      if (limiter && !this.#limiters.has(limiter.name)) this.#limiters.set(limiter.name, limiter);
-    }
+    this.limiters = limitersOf(config);
   }
 
   /**
@@ -77,29 +72,18 @@ export class SlotBook {
     }
   }
 
-  /** Every limiter's workloads now. A limiter whose stats cannot be read is left out rather than shown wrong. */
-  async read(): Promise<WorkloadSlots[]> {
+  /**
+   * Every limiter's workloads now, from `read` (one read of the limiters' stats, shared with
+   * other figures) or a read of its own. A limiter whose stats cannot be read is left out
+   * rather than shown wrong.
+   */
+  async read(read?: StatsRead): Promise<WorkloadSlots[]> {
+    const { stats, withStats } = read ?? (await readStats(this.limiters.values()));
     const out: WorkloadSlots[] = [];
-    const withStats = new Set<string>();
-    await Promise.all(
-      [...this.#limiters.values()].map(async (limiter) => {
-        if (!limiter.stats) return;
-        withStats.add(limiter.name);
-        try {
-          const stats = await limiter.stats();
-          for (const [workload, w] of Object.entries(stats.workloads) as [string, Counts][])
-            out.push({
-              limiter: limiter.name,
-              workload,
-              active: w.active,
-              queued: w.queued,
-              source: 'stats',
-            });
-        } catch {
-          // The gauges go absent for this scrape: an alert on them fires, a stale figure would not.
-        }
-      }),
-    );
+    for (const [limiter, s] of stats) {
+      for (const [workload, w] of Object.entries(s.workloads) as [string, Counts][])
+        out.push({ limiter, workload, active: w.active, queued: w.queued, source: 'stats' });
+    }
     for (const [limiter, workloads] of this.#counts) {
       if (withStats.has(limiter)) continue;
       for (const [workload, c] of workloads)

@@ -7,6 +7,7 @@
 const OVERVIEW = '/api/client/v1/ops/overview';
 const EVERY_MS = 2000;
 const KEY = 'sluice.dashboard.token';
+const BUDGETS = ['requests', 'tokens', 'inputTokens', 'outputTokens'];
 const STATUSES = ['scheduled', 'queued', 'running', 'requires_action', 'succeeded', 'failed', 'canceled'];
 
 const $ = (id) => document.getElementById(id);
@@ -60,6 +61,31 @@ function drawLimiters(limiters) {
       return tr;
     }),
     'limiters-empty',
+  );
+}
+
+// A budget as "available / per minute", whole tokens: a bucket refills continuously, so the
+// figure it gives is fractional. A budget the limiter does not have is a dash.
+function budgetCell(budget, name) {
+  const td = cell(budget ? `${Math.floor(budget.available)} / ${budget.capacity}` : '–', 'n');
+  td.dataset.field = name;
+  return td;
+}
+
+function drawCapacity(capacity) {
+  fill(
+    'capacity',
+    capacity.map((c) => {
+      const tr = document.createElement('tr');
+      tr.dataset.limiter = c.limiter;
+      const limit = cell(c.limit === undefined ? '–' : c.limit, 'n');
+      limit.dataset.field = 'limit';
+      const throttled = numberCell(c.throttled === undefined ? '–' : c.throttled, 'throttled');
+      if (c.lastThrottledAt) throttled.title = `last ${new Date(c.lastThrottledAt).toLocaleTimeString()}`;
+      tr.append(cell(c.limiter), limit, ...BUDGETS.map((b) => budgetCell(c.budgets[b], b)), throttled);
+      return tr;
+    }),
+    'capacity-empty',
   );
 }
 
@@ -138,6 +164,7 @@ async function poll(token, mine) {
     $('board').hidden = false;
     $('sign-out').hidden = false;
     drawLimiters(overview.limiters);
+    drawCapacity(overview.capacity || []);
     drawRuns(overview.runs);
     drawRefusals(overview.refusals);
     $('status').textContent = `updated ${new Date(overview.at).toLocaleTimeString()}`;

@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { chromium, type Page } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
 import { createAgent, createConcurrencyLimiter } from 'sluice';
+import { ManualClock } from 'sluice/concurrency';
 import { afterThisTest, freshDatabase, postgres, startTestServer, until } from '../helpers.js';
 import { gatedStandIn } from './ops-helpers.js';
 
@@ -70,7 +71,14 @@ describe.runIf(existsSync(CHROMIUM) || process.env.CI === 'true')('GET /dashboar
   it('shows slots, runs and refusals live after sign-in, loading nothing from elsewhere', async () => {
     const browser = openBrowser();
     const { provider, release } = await gatedStandIn();
-    const limiter = createConcurrencyLimiter({ name: 'claude', maxConcurrent: 1 });
+    // Budgets refill with time: on a still clock the page's figures are exact.
+    const limiter = createConcurrencyLimiter({
+      name: 'claude',
+      maxConcurrent: 1,
+      rate: { requestsPerMinute: 600, tokensPerMinute: 100_000 },
+      adaptive: true,
+      clock: new ManualClock(),
+    });
     // The operator's secret: the page then shows every tenant (an admin token sees its own).
     const operator = 'operator-secret-0123456789';
     process.env.SLUICE_METRICS_TOKEN = operator;
@@ -125,6 +133,12 @@ describe.runIf(existsSync(CHROMIUM) || process.env.CI === 'true')('GET /dashboar
     await page.click('#sign-in button[type=submit]');
     const slots = 'tr[data-limiter="claude"][data-workload="default"]';
     await shows(page, slots, 'active', '0');
+    const capacity = '#capacity tr[data-limiter="claude"]';
+    await shows(page, capacity, 'limit', '1');
+    expect(await cellText(page, capacity, 'requests')).toBe('600 / 600');
+    expect(await cellText(page, capacity, 'tokens')).toBe('100000 / 100000');
+    expect(await cellText(page, capacity, 'inputTokens')).toBe('–');
+    expect(await cellText(page, capacity, 'throttled')).toBe('0');
     expect(await page.isVisible('#sign-in')).toBe(false);
     expect(await page.isVisible('#sign-in-error')).toBe(false);
     expect(await page.isVisible('#board')).toBe(true);
@@ -146,6 +160,8 @@ describe.runIf(existsSync(CHROMIUM) || process.env.CI === 'true')('GET /dashboar
     expect(other.status).toBe(202);
     await shows(page, slots, 'queued', '1');
     await shows(page, 'tr[data-tenant="u"][data-class="default"]', 'running', '1');
+    // One request granted: one taken from the request budget.
+    await shows(page, capacity, 'requests', '599 / 600');
 
     // Over the tenant's cap: the refusal is listed.
     const refused = await t.call('POST', '/agents/analyst/runs', { input: 'more', wait: false });
@@ -162,6 +178,13 @@ describe.runIf(existsSync(CHROMIUM) || process.env.CI === 'true')('GET /dashboar
     expect(await cellText(page, slots, 'active')).toBe('1');
     release('wait');
     await shows(page, slots, 'active', '0');
+    await shows(page, capacity, 'requests', '598 / 600');
+
+    // The provider answers a request 429 (here one sent on the limiter by another client): the
+    // page counts the throttle.
+    const lease = await limiter.acquire();
+    await limiter.release(lease, { provider: { status: 429, retryAfterMs: 1000 } });
+    await shows(page, capacity, 'throttled', '1');
 
     expect(navigations).toBe(signedInAt);
     expect(navigations).toBe(1);
