@@ -23,7 +23,7 @@ export * from './states.js';
  *   running ──pauseRun──▶ requires_action ──resumeRun──▶ queued  (keeps its place and its thread)
  *   scheduled | queued | requires_action ──cancelNotStarted──▶ canceled
  *   running ──requestCancel──▶ running, cancel asked ──its process: finishRun──▶ canceled
- *   queued (deferred, never paused) | scheduled ──expireRuns──▶ failed (expired)
+ *   queued (deferred, not resumed) | scheduled ──expireRuns──▶ failed (expired)
  *   running ──failLostRuns──▶ failed (worker_lost)      its process stopped heartbeating
  *   running ──interruptRuns──▶ failed (interrupted)     its process is draining and out of time
  *   running ──endOrphanedRuns──▶ canceled | failed (worker_lost)   its own process lost it
@@ -35,7 +35,8 @@ export * from './states.js';
  *   promoteDueDeferred, queueScheduled
  *                     node upkeep (runs/scheduler.ts promoteDueRuns): deferred runs at once, a
  *                     default-class one only while its tenant and project have room (caps.ts)
- *   startRun          a queue worker's claim (runs/claims.ts), under the deferred running cap
+ *   startRun          a queue worker's claim (runs/claims.ts); a deferred run only while its
+ *                     tenant has room under the deferred running cap (caps.ts)
  *   finishRun, pauseRun
  *                     the executor on the process running it (runs/executor.ts #persist);
  *                     fenced by `worker`, so a run declared lost meanwhile is left alone. A
