@@ -4,7 +4,6 @@ import swagger from '@fastify/swagger';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { openCacheStore } from './cache/open.js';
 import type { CacheStore } from './cache/store.js';
-import { systemClock } from 'sluice/concurrency';
 import { CallbackDispatcher, checkCallbackUrl } from './callbacks/index.js';
 import type { SluiceConfig } from './config.js';
 import { authenticate } from './http/auth.js';
@@ -37,6 +36,7 @@ import { RunWaiters } from './runs/waiters.js';
 import type { ServerSettings } from './settings.js';
 import type { Store } from './store/store.js';
 import { onRequestCheck } from './http/hooks.js';
+import { appClock } from './clock.js';
 
 export interface ServerApp {
   readonly fastify: FastifyInstance;
@@ -76,12 +76,12 @@ export interface AppOptions {
   checkCallbackUrl?: RouteContext['checkCallbackUrl'];
   /** The cache store; default: the one `settings.cacheStore` names, opened here and closed with the app. */
   cache?: CacheStore;
-  /** Epoch ms for schedule ticks and webhook timestamps; default Date.now (tests pass a manual clock). */
+  /** Epoch ms for schedule ticks and webhook timestamps; default: `clock`'s (tests pass a manual clock). */
   now?: () => number;
   /** The secret a scraper may send to `/metrics` besides an admin token; default: SLUICE_METRICS_TOKEN. */
   metricsToken?: string;
   ops?: OpsOptions;
-  /** The clock admission reads (the Retry-After estimate); default: the system clock. */
+  /** The clock of every component (admission, executor, upkeep, thread waits); default: the system clock. */
   clock?: RouteContext['clock'];
 }
 
@@ -167,12 +167,13 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
 
   const cache = options.cache ?? (await openCacheStore(settings, log));
   const events = new RunEvents(db, (message, error) => log('warn', message, { error: String(error) }));
-  const principals = new Principals(db, events);
+  const clock = appClock(options);
+  const principals = new Principals(db, events, () => clock.now());
   const waiters = new RunWaiters(db, events);
-  const executor = new Executor(db, config, settings, waiters, events, log);
+  const executor = new Executor(db, config, settings, waiters, events, log, clock);
   const limitsFor = tenantPolicy(config, settings);
   const ops = new Ops(db, config, executor, options.ops);
-  const upkeep = new NodeUpkeep(db, executor, settings, limitsFor, log);
+  const upkeep = new NodeUpkeep(db, executor, settings, limitsFor, log, clock);
   // Every final state with a callback_url leaves a row in the outbox (a trigger writes it in the
   // same transaction); this process's dispatcher delivers rows of any process, signed.
   const callbacks = new CallbackDispatcher({
@@ -199,7 +200,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     waiters,
     places: cache,
     limitsFor,
-    clock: options.clock ?? systemClock,
+    clock,
     checkCallbackUrl:
       options.checkCallbackUrl ??
       (async (raw) => {
@@ -210,7 +211,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     admissions: ops.admissions,
   };
 
-  const now = options.now ?? Date.now;
+  const now = options.now ?? (() => clock.now());
   const triggers = new TriggerTicker(ctx, now, log);
   upkeep.addJob('triggers', TICK_CHECK_MS, () => triggers.tickNow());
 

@@ -1,11 +1,6 @@
 /** The server's settings, under the spec's names; environment variables override the config file. */
 
-const SECOND = 1000;
-const MINUTE = 60 * SECOND;
-const HOUR = 60 * MINUTE;
-const DAY = 24 * HOUR;
-/** The longest delay `setTimeout` keeps: anything above fires after 1 ms. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
+import { DAY, MAX_TIMER_MS, MINUTE, SECOND } from './units.js';
 
 export interface ServerSettings {
   /** AGENT_RUN_MAX_ACTIVE_PER_TENANT: default-class queued + running runs per tenant; 0 = no cap. */

@@ -1,3 +1,5 @@
+import { systemClock } from 'sluice/concurrency';
+
 /**
  * A map of numbers with a hard bound on its keys, for the memory cache store. Keys a client can
  * create at will (failed-auth counters, one per address) are "open"; keys whose loss would lift
@@ -9,7 +11,7 @@
 export interface BoundedMapOptions {
   /** @default 50_000 */
   maxKeys?: number;
-  /** Milliseconds; injected so tests can move time. @default Date.now */
+  /** Milliseconds; injected so tests can move time. @default the system clock's */
   now?: () => number;
   /** Told at most once per `warnEveryMs` when keys were evicted or could not be stored. */
   warn?: (message: string, fields: { evicted: number; refused: number; keys: number }) => void;
@@ -44,7 +46,7 @@ export class BoundedMap {
       throw new RangeError(
         `Expected \`maxKeys\` to be a whole number of at least 1, got \`${this.maxKeys}\``,
       );
-    this.#now = options.now ?? Date.now;
+    this.#now = options.now ?? systemClock.now;
     this.#warn = options.warn ?? (() => undefined);
     this.#warnEveryMs = options.warnEveryMs ?? 60_000;
   }

@@ -1,5 +1,6 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { SqlClient } from '@sluice/postgres/database';
+import { systemClock } from 'sluice/concurrency';
 
 /**
  * Standard Webhooks signatures (https://www.standardwebhooks.com): the sender puts
@@ -66,7 +67,7 @@ export function signWebhook(
 export interface VerifyOptions {
   /** How far the timestamp may be from `now`, either way. @default 300 */
   toleranceSeconds?: number;
-  /** Epoch milliseconds. @default Date.now() */
+  /** Epoch milliseconds. @default the current time */
   now?: number;
 }
 
@@ -92,7 +93,7 @@ export function verifyWebhook(
   options: VerifyOptions = {},
 ): WebhookVerification {
   const toleranceSeconds = options.toleranceSeconds ?? 300;
-  const now = options.now ?? Date.now();
+  const now = options.now ?? systemClock.now();
   const id = header(headers, 'webhook-id');
   const timestampText = header(headers, 'webhook-timestamp');
   const signatures = header(headers, 'webhook-signature');

@@ -1,6 +1,7 @@
 import type { Database } from '@sluice/postgres/database';
 import type { RunEvents } from '../runs/events.js';
 import { findToken, hashSecret, type Principal } from '../store/tokens.js';
+import { systemClock } from 'sluice/concurrency';
 
 /** How long a looked-up token is trusted without asking the database again. */
 export const PRINCIPAL_TTL_MS = 30_000;
@@ -29,7 +30,7 @@ export class Principals {
   /** Revocations heard: a lookup that saw one arrive while it read is not cached. */
   #revocations = 0;
 
-  constructor(db: Database, events: RunEvents, now: () => number = Date.now) {
+  constructor(db: Database, events: RunEvents, now: () => number = systemClock.now) {
     this.#db = db;
     this.#events = events;
     this.#now = now;

@@ -5,6 +5,8 @@
  * characters) are counted in http/limits.ts instead, so they can answer as the spec says.
  */
 
+import { MAX_TIMER_MS } from '../units.js';
+
 /** RFC 3339 with an explicit offset: a time that means the same on every server. */
 const rfc3339 = '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d{1,9})?(Z|[+-]\\d{2}:\\d{2})$';
 /**
@@ -64,7 +66,6 @@ const runInput = {
   ],
 } as const;
 
-const MAX_TIMER_MS = 2 ** 31 - 1;
 /** A duration a client may set: whole milliseconds, or null / 0 for none of its own. */
 const optionalDuration = { type: ['integer', 'null'], minimum: 0, maximum: MAX_TIMER_MS } as const;
 

@@ -1,17 +1,17 @@
 import type { Database } from '@sluice/postgres/database';
+import { systemClock, type Clock } from 'sluice/concurrency';
 import type { Executor } from '../runs/executor.js';
 import type { TenantLimits } from '../runs/policy.js';
 import { endOrphanedRuns, expireRuns, failLostRuns } from '../runs/lifecycle.js';
 import { promoteDueRuns } from '../runs/scheduler.js';
 import type { ServerSettings } from '../settings.js';
+import { tuning } from '../tuning.js';
 import { renewThreadLeases, threadLeaseMs } from '../threads/store.js';
 import { heartbeat, pruneNodes } from './nodes.js';
 
 type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: object) => void;
 
-const PROMOTE_MS = 250;
-/** How long after its start a run of this process may still be on its way into the executor. */
-const ORPHAN_GRACE_MS = 10_000;
+const { promoteMs: PROMOTE_MS, orphanGraceMs: ORPHAN_GRACE_MS } = tuning;
 
 /**
  * The periodic work of a server process: its heartbeat, ending the runs of processes that died,
@@ -25,7 +25,7 @@ const ORPHAN_GRACE_MS = 10_000;
 export class NodeUpkeep {
   #timers: ReturnType<typeof setInterval>[] = [];
   #busy = new Set<string>();
-  #lastBeat = Date.now();
+  #lastBeat: number;
   readonly #jobs: { name: string; everyMs: number; job: () => Promise<unknown> }[] = [];
 
   constructor(
@@ -34,12 +34,15 @@ export class NodeUpkeep {
     private readonly settings: ServerSettings,
     private readonly limitsFor: (tenant: string) => TenantLimits,
     private readonly log: Log = () => undefined,
-  ) {}
+    private readonly clock: Clock = systemClock,
+  ) {
+    this.#lastBeat = clock.now();
+  }
 
   /** Registers the process and ends the runs of dead ones; throws when the database is away (start fails). */
   async start(): Promise<void> {
     await heartbeat(this.db, this.executor.node);
-    this.#lastBeat = Date.now();
+    this.#lastBeat = this.clock.now();
     await failLostRuns(this.db, this.settings.nodeStaleMs);
     const every = (ms: number, name: string, job: () => Promise<unknown>) => {
       const timer = setInterval(() => void this.#once(name, job), ms);
@@ -53,7 +56,7 @@ export class NodeUpkeep {
       await expireRuns(this.db, this.settings.deferredMaxWaitMs);
     });
     every(PROMOTE_MS, 'promote', () => this.promoteNow());
-    every(3_600_000, 'prune', () => pruneNodes(this.db));
+    every(tuning.pruneNodesEveryMs, 'prune', () => pruneNodes(this.db));
     for (const { name, everyMs, job } of this.#jobs) every(everyMs, name, job);
   }
 
@@ -72,11 +75,11 @@ export class NodeUpkeep {
   async #beat(): Promise<void> {
     try {
       await heartbeat(this.db, this.executor.node);
-      this.#lastBeat = Date.now();
+      this.#lastBeat = this.clock.now();
       // The threads held by runs executing here stay held while they live.
       await renewThreadLeases(this.db, this.executor.executing(), threadLeaseMs(this.settings));
     } catch (error) {
-      const silentMs = Date.now() - this.#lastBeat;
+      const silentMs = this.clock.now() - this.#lastBeat;
       if (silentMs > (this.settings.nodeStaleMs * 3) / 4 && this.executor.active > 0) {
         this.log('error', 'heartbeat failing; stopping local runs before peers declare them lost', {
           silent_ms: silentMs,

@@ -1,4 +1,5 @@
 import type { Database } from '@sluice/postgres/database';
+import { systemClock } from 'sluice/concurrency';
 
 /** Runs of one tenant in one class and status. */
 export interface RunCount {
@@ -14,7 +15,7 @@ export interface RunCountsOptions {
    * counted again. @default 60 seconds
    */
   finalMaxAgeMs?: number;
-  /** Time source of that cache (ms). @default Date.now */
+  /** Time source of that cache (ms). @default the system clock's */
   now?: () => number;
 }
 
@@ -48,7 +49,7 @@ export class RunCounts {
   constructor(db: Database, options: RunCountsOptions = {}) {
     this.#db = db;
     this.#finalMaxAgeMs = options.finalMaxAgeMs ?? 60_000;
-    this.#now = options.now ?? Date.now;
+    this.#now = options.now ?? systemClock.now;
   }
 
   async read(): Promise<RunCount[]> {

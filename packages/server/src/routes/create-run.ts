@@ -41,14 +41,14 @@ interface CreateRunBody {
 const YEAR_MS = MAX_DELAY_SECONDS * 1000;
 
 /** When a run becomes due, from `run_at` or `delay_seconds`; undefined: now. */
-function scheduleOf(body: CreateRunBody): NewRun['schedule'] {
+function scheduleOf(body: CreateRunBody, now: number): NewRun['schedule'] {
   if (body.run_at !== undefined && body.delay_seconds !== undefined) {
     throw badRequest('Give `run_at` or `delay_seconds`, not both', { field: 'run_at' });
   }
   if (body.delay_seconds !== undefined) return { delayMs: body.delay_seconds * 1000 };
   if (body.run_at === undefined) return undefined;
   const atMs = typeof body.run_at === 'number' ? body.run_at * 1000 : Date.parse(body.run_at);
-  if (atMs > Date.now() + YEAR_MS) {
+  if (atMs > now + YEAR_MS) {
     throw badRequest(`Expected \`run_at\` to be at most one year ahead, got \`${shown(body.run_at)}\``, {
       field: 'run_at',
       limit_value: MAX_DELAY_SECONDS,
@@ -86,7 +86,7 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
         if (!checked.ok) throw badRequest(checked.message, { field: 'callback_url' });
         callbackUrl = checked.url;
       }
-      const schedule = scheduleOf(body);
+      const schedule = scheduleOf(body, ctx.clock.now());
       const runClass = body.class ?? 'default';
       if (body.stream && (runClass !== 'default' || schedule !== undefined || body.wait === false)) {
         throw badRequest(

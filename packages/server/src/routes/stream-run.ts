@@ -1,6 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import type { FastifyReply } from 'fastify';
 import type { ToolEvent } from 'sluice';
+import { systemClock } from 'sluice/concurrency';
 import type { Executor } from '../runs/executor.js';
 import { getRun, toApiRun, type RunRow } from '../runs/store.js';
 
@@ -14,7 +15,8 @@ export const STREAM_KEEP_ALIVE_MS = 15_000;
 export class EventStream {
   readonly #raw: ServerResponse;
   readonly #keepAlive: ReturnType<typeof setInterval>;
-  #lastWrite = Date.now();
+  // Idleness on the wire, timed with Node's own timers (setInterval): the system clock's time.
+  #lastWrite = systemClock.now();
 
   constructor(reply: FastifyReply, keepAliveMs = STREAM_KEEP_ALIVE_MS) {
     // From here on the response is ours: Fastify sends nothing more for it.
@@ -29,7 +31,7 @@ export class EventStream {
     });
     this.#raw.flushHeaders();
     this.#keepAlive = setInterval(() => {
-      if (Date.now() - this.#lastWrite >= keepAliveMs / 2) this.#write(': keep-alive\n\n');
+      if (systemClock.now() - this.#lastWrite >= keepAliveMs / 2) this.#write(': keep-alive\n\n');
     }, keepAliveMs / 2);
     this.#keepAlive.unref();
     this.#raw.once('close', () => clearInterval(this.#keepAlive));
@@ -55,7 +57,7 @@ export class EventStream {
 
   #write(text: string): void {
     if (!this.open) return;
-    this.#lastWrite = Date.now();
+    this.#lastWrite = systemClock.now();
     this.#raw.write(text);
   }
 }

@@ -127,7 +127,7 @@ export function triggerRoutes(api: FastifyInstance, ctx: RouteContext): void {
         agent: body.agent,
         class: body.class ?? 'default',
         schedule: body.schedule?.trim(),
-        nextTickMs: body.schedule === undefined ? undefined : nextTick(body.schedule, Date.now()),
+        nextTickMs: body.schedule === undefined ? undefined : nextTick(body.schedule, ctx.clock.now()),
         input: body.input,
         secret,
       });

@@ -8,11 +8,11 @@ import { HttpError, badRequest } from '../http/errors.js';
 import { requestLimits } from '../http/limits.js';
 import type { RouteContext } from './context.js';
 import { WsSession } from './ws-session.js';
+import { tuning } from '../tuning.js';
 
 /** Seconds a client refused a connection should wait before it tries again. */
 const CONNECTION_RETRY_AFTER_S = 30;
-/** How long a socket may go without answering a ping before it is dropped (its places freed). */
-const PING_EVERY_MS = 30_000;
+const PING_EVERY_MS = tuning.wsPingEveryMs;
 
 type Log = (level: 'warn' | 'error', message: string, fields?: object) => void;
 

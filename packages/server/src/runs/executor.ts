@@ -7,12 +7,13 @@ import {
   type RunResult,
   type ToolEvent,
 } from 'sluice';
-import { MAX_KEY_LENGTH } from 'sluice/concurrency';
+import { MAX_KEY_LENGTH, systemClock, type Clock } from 'sluice/concurrency';
 import type { SluiceConfig } from '../config.js';
 import { agentFor, checkClasses, workloadOf } from '../config.js';
 import { withoutInput } from '../ops/logging.js';
 import { traceRun } from '../ops/tracing.js';
 import type { ServerSettings } from '../settings.js';
+import { tuning } from '../tuning.js';
 import { finishRun, pauseRun, type Outcome, type Pause, type RunClass } from './lifecycle.js';
 import type { RunEvents } from './events.js';
 import { answerOf, chatMessages, publicMessage, toChatMessage } from './agent-io.js';
@@ -44,10 +45,7 @@ interface LocalRun {
 
 type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: object) => void;
 
-/** How often a process looks at its own running runs for cancels and losses (NOTIFY usually comes first). */
-const WATCH_MS = 500;
-const IDLE_POLL_MS = 500;
-const MAX_BACKOFF_MS = 10_000;
+const { watchMs: WATCH_MS, idlePollMs: IDLE_POLL_MS, maxClaimBackoffMs: MAX_BACKOFF_MS } = tuning;
 
 /**
  * Runs agents for this process: inline runs on the request that carried them, queued runs on
@@ -86,6 +84,7 @@ export class Executor {
     private readonly waiters: RunWaiters,
     events: RunEvents,
     private readonly log: Log = () => undefined,
+    private readonly clock: Clock = systemClock,
   ) {
     // A config built without defineConfig is checked here, before any worker starts.
     checkClasses(config);
@@ -248,8 +247,8 @@ export class Executor {
    * for a blip, and a write that fails is never turned into a different outcome.
    */
   async #persist(run: RunRow, outcome: Outcome | Pause): Promise<RunRow | undefined> {
-    const deadline = Date.now() + this.settings.nodeStaleMs;
-    for (let delay = 100; ; delay = Math.min(delay * 2, 2_000)) {
+    const deadline = this.clock.now() + this.settings.nodeStaleMs;
+    for (let delay: number = tuning.persistRetryMs; ; delay = Math.min(delay * 2, tuning.maxPersistRetryMs)) {
       try {
         return (
           (outcome.status === 'requires_action'
@@ -258,7 +257,7 @@ export class Executor {
           (await getRun(this.db, run.tenant, run.id))
         );
       } catch (error) {
-        if (Date.now() + delay > deadline) {
+        if (this.clock.now() + delay > deadline) {
           this.log('error', 'could not record the end of a run', {
             run: run.id,
             status: outcome.status,
@@ -266,7 +265,7 @@ export class Executor {
           });
           return undefined;
         }
-        await new Promise((resolve) => setTimeout(resolve, delay));
+        await new Promise((resolve) => this.clock.setTimeout(() => resolve(undefined), delay));
       }
     }
   }

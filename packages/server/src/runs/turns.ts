@@ -1,4 +1,5 @@
 import type { Database } from '@sluice/postgres/database';
+import { systemClock, type Clock, type ClockTimer } from 'sluice/concurrency';
 
 /**
  * Admission batches of one tenant that run at once in one process (each batch takes every
@@ -26,13 +27,14 @@ export async function inTurn<T>(
   tenant: string,
   waitMs: number,
   body: () => Promise<T>,
+  clock: Clock = systemClock,
 ): Promise<T> {
   let tenants = lines.get(db);
   if (!tenants) lines.set(db, (tenants = new Map()));
   let line = tenants.get(tenant);
-  if (!line) tenants.set(tenant, (line = { running: 0, waiting: [], movedAt: Date.now() }));
+  if (!line) tenants.set(tenant, (line = { running: 0, waiting: [], movedAt: clock.now() }));
   if (line.running < ADMISSIONS_PER_TENANT) line.running++;
-  else await turn(line, tenant, waitMs);
+  else await turn(line, tenant, waitMs, clock);
   let moved = true;
   try {
     return await body();
@@ -40,7 +42,7 @@ export async function inTurn<T>(
     if ((error as { code?: string }).code === LOCK_NOT_AVAILABLE) moved = false;
     throw error;
   } finally {
-    if (moved) line.movedAt = Date.now();
+    if (moved) line.movedAt = clock.now();
     const next = line.waiting.shift();
     // The turn passes straight on, so no newcomer slips in between.
     if (next) next();
@@ -52,18 +54,18 @@ export async function inTurn<T>(
  * Waits for a turn. A long line that moves is waited out; one where nothing of the tenant got
  * through for `waitMs` is behind a stuck lock, and the caller gives up as a lock wait would.
  */
-function turn(line: Line, tenant: string, waitMs: number): Promise<void> {
-  const since = Date.now();
+function turn(line: Line, tenant: string, waitMs: number, clock: Clock): Promise<void> {
+  const since = clock.now();
   return new Promise<void>((resolve, reject) => {
-    let timer: ReturnType<typeof setTimeout>;
+    let timer: ClockTimer;
     const go = () => {
-      clearTimeout(timer);
+      clock.clearTimeout(timer);
       resolve();
     };
     const check = () => {
-      const still = Date.now() - Math.max(since, line.movedAt);
+      const still = clock.now() - Math.max(since, line.movedAt);
       if (still < waitMs) {
-        timer = setTimeout(check, waitMs - still);
+        timer = clock.setTimeout(check, waitMs - still);
         return;
       }
       line.waiting.splice(line.waiting.indexOf(go), 1);
@@ -74,7 +76,7 @@ function turn(line: Line, tenant: string, waitMs: number): Promise<void> {
         }),
       );
     };
-    timer = setTimeout(check, waitMs);
+    timer = clock.setTimeout(check, waitMs);
     line.waiting.push(go);
   });
 }

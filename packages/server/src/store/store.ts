@@ -14,6 +14,8 @@ import { dirname } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
+import { systemClock } from 'sluice/concurrency';
+import { tuning } from '../tuning.js';
 import { splitSqlStatements, toDatabase, type Database } from '@sluice/postgres/database';
 
 // Beside src/ and dist/ alike, so the source and the built package read the same files.
@@ -69,13 +71,14 @@ async function openPostgres(url: string, options: StoreOptions): Promise<Store> 
   const db = toDatabase(pool);
   // A server started beside its database (compose, a pod) may come up first: keep trying to
   // reach it for a while before giving up.
-  const giveUpAt = Date.now() + 60_000;
+  // Before the app and its clock exist: the system clock's time.
+  const giveUpAt = systemClock.now() + tuning.storeConnectGiveUpMs;
   for (let delay = 250; ; delay = Math.min(delay * 2, 5_000)) {
     try {
       await migrate(db);
       break;
     } catch (error) {
-      if (!isConnectionError(error) || Date.now() + delay > giveUpAt) {
+      if (!isConnectionError(error) || systemClock.now() + delay > giveUpAt) {
         await pool.end().catch(() => undefined);
         throw error;
       }

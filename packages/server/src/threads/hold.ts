@@ -1,9 +1,11 @@
 import type { Database } from '@sluice/postgres/database';
+import { systemClock, type Clock } from 'sluice/concurrency';
 import { HttpError } from '../http/errors.js';
 import { cancelRun, mayCancel } from '../runs/cancel.js';
 import type { Executor } from '../runs/executor.js';
 import { getRun } from '../runs/store.js';
 import type { RunWaiters } from '../runs/waiters.js';
+import { tuning } from '../tuning.js';
 import { getThread, lockThread, type LockAttempt } from './store.js';
 
 export type OnBusy = 'wait' | 'cancel';
@@ -20,8 +22,7 @@ export const threadRequiresAction = (threadId: string, runId: string) =>
     { thread_id: threadId, active_run_id: runId },
   );
 
-/** How often a waiting caller tries the thread again when no notification came. */
-const RETRY_MS = 1_000;
+const RETRY_MS = tuning.threadRetryMs;
 
 /**
  * Takes a thread for a held run that is about to be admitted under `runId`, waiting while
@@ -31,7 +32,7 @@ const RETRY_MS = 1_000;
  * in requires_action may wait for hours: without `'cancel'` the caller is told at once.
  */
 export async function holdThread(
-  deps: { db: Database; executor: Executor; waiters: RunWaiters },
+  deps: { db: Database; executor: Executor; waiters: RunWaiters; clock?: Clock },
   request: {
     thread: { id: string; tenant: string };
     runId: string;
@@ -44,7 +45,8 @@ export async function holdThread(
   },
 ): Promise<HoldAttempt> {
   const { db, waiters } = deps;
-  const deadline = Date.now() + request.waitMs;
+  const clock = deps.clock ?? systemClock;
+  const deadline = clock.now() + request.waitMs;
   let askedAt = Number.NEGATIVE_INFINITY;
   for (;;) {
     const attempt = await lockThread(db, request.thread, request.runId, request.leaseMs);
@@ -53,10 +55,10 @@ export async function holdThread(
       const active = await getRun(db, request.thread.tenant, attempt.activeRunId);
       if (active?.status === 'requires_action') return { ok: false, requiresAction: active.id };
     }
-    if (request.onBusy === 'cancel' && attempt.activeRunId !== null && Date.now() - askedAt >= RETRY_MS) {
+    if (request.onBusy === 'cancel' && attempt.activeRunId !== null && clock.now() - askedAt >= RETRY_MS) {
       // Asked before the deadline is looked at: even with no time to wait, the holder is stopped
       // (a local one has ended when this returns), and the thread is tried again at once.
-      askedAt = Date.now();
+      askedAt = clock.now();
       const active = await getRun(db, request.thread.tenant, attempt.activeRunId);
       if (active && !mayCancel(request.who, active)) {
         return { ok: false, forbidden: active.id };
@@ -66,7 +68,7 @@ export async function holdThread(
         continue;
       }
     }
-    const left = deadline - Date.now();
+    const left = deadline - clock.now();
     if (left <= 0 || request.signal?.aborted) return attempt;
     const waited = await waiters.waitForThread(request.thread.id, {
       timeoutMs: Math.min(left, RETRY_MS),

@@ -1,6 +1,7 @@
 import { HttpError } from '../http/errors.js';
 import type { RouteContext } from '../routes/context.js';
 import { latestTick, nextTick } from './cron.js';
+import { tuning } from '../tuning.js';
 import { queueTriggerRun } from './runs.js';
 import {
   isUniqueViolation,
@@ -17,8 +18,7 @@ type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: object) 
 export const TICK_CHECK_MS = 1_000;
 /** Due schedule triggers taken in one pass; more wait for the next pass, longest due first. */
 const PASS_LIMIT = 10_000;
-const PRUNE_EVERY_MS = 3_600_000;
-const KEEP_TICKS_MS = 7 * 24 * 3_600_000;
+const { pruneTicksEveryMs: PRUNE_EVERY_MS, keepTicksMs: KEEP_TICKS_MS } = tuning;
 
 /**
  * Makes the runs of schedule triggers. Every server process looks in its upkeep loop; a tick's

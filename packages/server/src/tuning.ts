@@ -1,0 +1,33 @@
+import { HOUR, MINUTE, SECOND } from './units.js';
+
+/**
+ * The server's internal tunables: fixed here, not settings (the defaults a deployment may
+ * change are `settingDefaults` in settings.ts). Each says why it has its value.
+ */
+export const tuning = Object.freeze({
+  /** How often a process looks at its own running runs for cancels and losses (NOTIFY usually comes first). */
+  watchMs: 500,
+  /** How often an idle queue worker looks for work when no notification came. */
+  idlePollMs: 500,
+  /** A queue worker whose claims fail backs off to at most this (with jitter), not to silence. */
+  maxClaimBackoffMs: 10 * SECOND,
+  /** Writing a run's end while the database is away: first retry after this, doubling... */
+  persistRetryMs: 100,
+  /** ...to at most this, until peers would declare the run lost. */
+  maxPersistRetryMs: 2 * SECOND,
+  /** How often due scheduled runs are moved to their queues: a quarter second late at most. */
+  promoteMs: 250,
+  /** How long after its start a run of this process may still be on its way into the executor. */
+  orphanGraceMs: 10 * SECOND,
+  /** How often a caller waiting for a busy thread tries it again when no notification came. */
+  threadRetryMs: 1 * SECOND,
+  /** How long a WebSocket may go without answering a ping before it is dropped (its places freed). */
+  wsPingEveryMs: 30 * SECOND,
+  /** How often old schedule ticks are pruned, and how long they are kept (webhook replays look them up). */
+  pruneTicksEveryMs: 1 * HOUR,
+  keepTicksMs: 7 * 24 * HOUR,
+  /** How often nodes that stopped heartbeating long ago are removed from the node table. */
+  pruneNodesEveryMs: 1 * HOUR,
+  /** A server started beside its database (compose, a pod) keeps trying to reach it this long. */
+  storeConnectGiveUpMs: 1 * MINUTE,
+});
