@@ -22,7 +22,16 @@ export interface AgentOptions<W extends string> {
    * Without one, the agent's runs take no slots, except inside another agent's run, where
    * they use their parent's limiter.
    */
-  concurrency?: { limiter: ConcurrencyLimiter<W>; workload?: NoInfer<W> };
+  concurrency?: {
+    limiter: ConcurrencyLimiter<W>;
+    workload?: NoInfer<W>;
+    /**
+     * The output tokens each provider request is expected to use, charged to the limiter's
+     * token budgets until the response's usage settles them. A whole number from 0.
+     * @default the request's output-token cap
+     */
+    outputTokens?: number;
+  };
   /** Hears the concurrency events of every run of this agent (and of their child runs). */
   events?: { onConcurrency?: ConcurrencyEventListener };
   bounds?: RunBounds;
@@ -69,7 +78,12 @@ export interface RunOptions<W extends string> {
    * key's burst cannot hold another key's requests back for long. The run's child runs keep
    * its key unless they set their own. 1 to 256 characters.
    */
-  concurrency?: { workload?: W; key?: string };
+  concurrency?: {
+    workload?: W;
+    key?: string;
+    /** The expected output tokens of this run's provider requests. @default the agent's */
+    outputTokens?: number;
+  };
   /** Listeners of this run; one that throws is ignored. */
   events?: RunEvents;
   /** JSON Schema the final answer must match, as JSON; the parsed value is `result.data`. */

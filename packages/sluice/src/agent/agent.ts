@@ -14,7 +14,7 @@ import { usageOf, withUsage, type RunResult } from './results.js';
 import { runResult } from './run-end.js';
 import { checkRunEvents, forwardRunEvents } from './run-events.js';
 import { RunLoop } from './run-loop.js';
-import { runConcurrency, runConversation, type ConversationPlan } from './run-plan.js';
+import { checkOutputTokens, runConcurrency, runConversation, type ConversationPlan } from './run-plan.js';
 import { RunRequests } from './run-requests.js';
 import { openScope, runFields, runScope, type RunScope } from './scope.js';
 import { textStream, type TextStream } from './text-stream.js';
@@ -56,6 +56,9 @@ export class Agent<W extends string = never> {
         limiter: 'none',
         field: 'concurrency.limiter',
       });
+    }
+    if (options.concurrency?.outputTokens !== undefined) {
+      checkOutputTokens(options.concurrency.outputTokens, limiter?.name ?? 'none');
     }
   }
 
@@ -124,8 +127,9 @@ export class Agent<W extends string = never> {
     const parent = runScope.getStore();
     const runId = randomUUID();
     const lineage = { runId, rootRunId: parent?.rootRunId ?? runId, parentRunId: parent?.runId };
-    const { limiter, workload, key } = runConcurrency(
-      this.#options.concurrency as { limiter: ConcurrencyLimiter<string>; workload?: string } | undefined,
+    const { limiter, workload, key, outputTokens } = runConcurrency(
+      this.#options.concurrency as
+        { limiter: ConcurrencyLimiter<string>; workload?: string; outputTokens?: number } | undefined,
       options,
       parent,
       lineage,
@@ -137,6 +141,7 @@ export class Agent<W extends string = never> {
       limiter,
       workload,
       key,
+      outputTokens,
       clock: this.#runtime.clock,
       timeoutMs,
       signal: options.signal,

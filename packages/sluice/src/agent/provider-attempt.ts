@@ -8,7 +8,9 @@ import {
   type SimpleStreamOptions,
 } from '@mariozechner/pi-ai';
 import { context as otelContext } from '@opentelemetry/api';
+import type { ProviderRateLimits, ReleaseDetails, TokenCounts } from '../concurrency/capacity-types.js';
 import type { ConcurrencyEvent } from '../concurrency/events.js';
+import { rateLimitsFromHeaders } from '../concurrency/rate-limit-headers.js';
 import { acquireSlot, type HeldSlot } from '../concurrency/slot.js';
 import { observeResponses } from '../models/response-observer.js';
 import type { FailedAttempt } from './retry.js';
@@ -19,10 +21,21 @@ import type { RequestTrace } from './tracing.js';
 /** One attempt's end: the final message and what the wire said about it. */
 export interface Attempt {
   readonly final: AssistantMessage;
+  /** The last HTTP response's status; undefined when no response came (a failed connection). */
   readonly status: number | undefined;
   readonly headers: FailedAttempt['headers'];
+  /** The provider's rate-limit figures, from the last response's headers. */
+  readonly limits: ProviderRateLimits | undefined;
   readonly turnTimedOut: boolean;
 }
+
+/**
+ * Retries the provider SDK makes by itself, inside the attempt's slot, of a connection that
+ * failed before any response (a reset, a refused connection, a dropped socket): the request
+ * never reached the provider's accounting, so it is the same request, not a new one. Every
+ * HTTP answer is left to our own policy (see `observeResponses`). Two, as the SDKs' default.
+ */
+const sdkConnectionRetries = 2;
 
 /** What one attempt is sent with. */
 export interface AttemptRequest {
@@ -44,10 +57,11 @@ export async function waitForSlot(
   scope: RunScope,
   requestId: string,
   span: RequestTrace,
+  tokens: TokenCounts | undefined,
 ): Promise<HeldSlot<string> | undefined> {
   const waitStart = scope.clock.now();
   try {
-    return await takeSlot(scope, requestId);
+    return await takeSlot(scope, requestId, tokens);
   } finally {
     span.slotWaited(scope.clock.now() - waitStart);
   }
@@ -69,9 +83,36 @@ export async function sendOnSlot(
     span.answered(attempt.final, attempt.status);
   } finally {
     span.end();
-    await slot?.release(attempt ? releaseOutcome(attempt.final) : 'failed');
+    await slot?.release(
+      attempt ? releaseOutcome(attempt.final) : 'failed',
+      attempt && releaseDetails(attempt),
+    );
   }
   return attempt;
+}
+
+/**
+ * What the limiter is told when the slot goes back: the tokens the response reported (all its
+ * input, cached or not, as providers count prompts against their limits), and the provider's
+ * status and rate-limit figures. Without a reported usage (a refused or failed request) the
+ * estimate stays charged; without a response, the provider said nothing.
+ */
+function releaseDetails(attempt: Attempt): ReleaseDetails {
+  const u = attempt.final.usage;
+  const input = (u?.input ?? 0) + (u?.cacheRead ?? 0) + (u?.cacheWrite ?? 0);
+  const output = u?.output ?? 0;
+  return {
+    ...(input + output > 0 ? { usage: { input, output } } : {}),
+    ...(attempt.status === undefined
+      ? {}
+      : {
+          provider: {
+            status: attempt.status,
+            retryAfterMs: attempt.limits?.retryAfterMs,
+            limits: attempt.limits,
+          },
+        }),
+  };
 }
 
 function releaseOutcome(final: AssistantMessage): 'completed' | 'failed' | 'cancelled' {
@@ -79,7 +120,11 @@ function releaseOutcome(final: AssistantMessage): 'completed' | 'failed' | 'canc
 }
 
 /** A slot for one attempt, within what is left of the run's budget; none without a limiter. */
-function takeSlot(scope: RunScope, requestId: string): Promise<HeldSlot<string> | undefined> {
+function takeSlot(
+  scope: RunScope,
+  requestId: string,
+  tokens: TokenCounts | undefined,
+): Promise<HeldSlot<string> | undefined> {
   if (!scope.limiter) return Promise.resolve(undefined);
   const emit = (event: ConcurrencyEvent) => {
     for (const listener of scope.listeners) {
@@ -105,6 +150,7 @@ function takeSlot(scope: RunScope, requestId: string): Promise<HeldSlot<string> 
     parentRunId: scope.parentRunId,
     requestId,
     onEvent: emit,
+    tokens,
   });
 }
 
@@ -119,22 +165,22 @@ async function streamAttempt(request: AttemptRequest, slot: HeldSlot<string> | u
   });
   let status: number | undefined;
   let headers: FailedAttempt['headers'];
-  // Status and wait headers of every response, error responses included.
+  let limits: ProviderRateLimits | undefined;
+  // Status and headers of every response, error responses included; the last one counts.
   const observe = (s: number, h: Headers) => {
     status = s;
     headers = {
       retryAfterMs: h.get('retry-after-ms') ?? undefined,
       retryAfter: h.get('retry-after') ?? undefined,
     };
+    limits = rateLimitsFromHeaders(h, scope.clock.now());
   };
   try {
     const inner = observeResponses(observe, () =>
       streamSimple(request.model, request.context, {
         ...request.streamOptions,
         signal: abort.signal,
-        // HTTP retries inside the SDK would hide provider failures from the slot accounting;
-        // ours are new requests with new slots.
-        maxRetries: 0,
+        maxRetries: sdkConnectionRetries,
       }),
     );
     let final: AssistantMessage | undefined;
@@ -144,7 +190,7 @@ async function streamAttempt(request: AttemptRequest, slot: HeldSlot<string> | u
       else request.forward(event);
     }
     final ??= await inner.result();
-    return { final, status, headers, turnTimedOut };
+    return { final, status, headers, limits, turnTimedOut };
   } finally {
     turnTimer.clear();
     abort.dispose();

@@ -16,6 +16,7 @@ import type { ResolvedRuntimeOptions } from './options.js';
 import { sendOnSlot, waitForSlot, type Attempt } from './provider-attempt.js';
 import { decideRetry } from './retry.js';
 import { runFields, type RunScope } from './scope.js';
+import { requestTokens } from './token-estimate.js';
 import { sleep } from './signals.js';
 
 export interface ProviderRequestOptions {
@@ -120,7 +121,11 @@ class TurnRequest {
     const span = scope.trace.startRequest(requestId, this.#sent);
     let slot: HeldSlot<string> | undefined;
     try {
-      slot = await waitForSlot(scope, requestId, span);
+      // Estimated only when a limiter will charge it.
+      const tokens = scope.limiter
+        ? requestTokens(this.#context, this.#model, this.#streamOptions, scope.outputTokens)
+        : undefined;
+      slot = await waitForSlot(scope, requestId, span, tokens);
     } catch (error) {
       span.end();
       // The provider is never called after a concurrency failure. A budget that ran out

@@ -56,14 +56,15 @@ export function runConversation(
  * limiter wins; without one a run inside another agent's tool uses its parent's.
  */
 export function runConcurrency(
-  agent: { limiter: ConcurrencyLimiter<string>; workload?: string } | undefined,
-  options: { concurrency?: { workload?: string; key?: string } },
+  agent: { limiter: ConcurrencyLimiter<string>; workload?: string; outputTokens?: number } | undefined,
+  options: { concurrency?: { workload?: string; key?: string; outputTokens?: number } },
   parent: RunScope | undefined,
   lineage: RequestLineage,
 ): {
   limiter: ConcurrencyLimiter<string> | undefined;
   workload: string | undefined;
   key: string | undefined;
+  outputTokens: number | undefined;
 } {
   const limiter = agent?.limiter ?? parent?.limiter;
   // A child on its parent's limiter keeps its parent's workload unless the run picks one:
@@ -91,5 +92,19 @@ export function runConcurrency(
   if (options.concurrency?.key !== undefined) {
     resolveKey({ name: limiter?.name ?? 'none' }, options.concurrency.key, workload ?? 'default', lineage);
   }
-  return { limiter, workload, key };
+  // The expected answer length belongs to the agent and its model: a child does not inherit it.
+  const outputTokens = options.concurrency?.outputTokens ?? agent?.outputTokens;
+  if (options.concurrency?.outputTokens !== undefined) {
+    checkOutputTokens(options.concurrency.outputTokens, limiter?.name ?? 'none', lineage);
+  }
+  return { limiter, workload, key, outputTokens };
+}
+
+/** Refuses an `outputTokens` that is not a whole number of tokens from 0. */
+export function checkOutputTokens(value: unknown, limiter: string, lineage?: RequestLineage): void {
+  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return;
+  throw new ConcurrencyConfigError(
+    `Expected \`concurrency.outputTokens\` to be a whole number of tokens from 0, got \`${String(value)}\``,
+    { limiter, ...lineage, field: 'concurrency.outputTokens', value },
+  );
 }

@@ -19,6 +19,8 @@ export interface RunScope {
   readonly workload: string | undefined;
   /** Who the run works for: its slot requests' fairness key (see `AcquireRequest.key`). */
   readonly key: string | undefined;
+  /** The output tokens each of the run's requests is expected to use; undefined: the cap. */
+  readonly outputTokens: number | undefined;
   /** Aborted when the run is cancelled or its budget runs out: requests and tools stop on it. */
   readonly signal: AbortSignal;
   /**
@@ -57,6 +59,7 @@ export interface ScopeInit {
   readonly limiter: ConcurrencyLimiter<string> | undefined;
   readonly workload: string | undefined;
   readonly key: string | undefined;
+  readonly outputTokens: number | undefined;
   readonly clock: Clock;
   readonly timeoutMs: number | undefined;
   readonly signal: AbortSignal | undefined;
@@ -92,6 +95,7 @@ export function openScope(init: ScopeInit): { scope: RunScope; close(): void } {
     limiter: init.limiter,
     workload: init.workload,
     key: init.key,
+    outputTokens: init.outputTokens,
     signal: whole.signal,
     cancelSignal: cancel.signal,
     deadline,

@@ -9,8 +9,10 @@ import {
   lineageOf,
   type RequestLineage,
 } from './errors.js';
+import type { ReleaseDetails, TokenCounts } from './capacity-types.js';
 import type { ConcurrencyEvent, ConcurrencyEventListener, ReleaseOutcome } from './events.js';
 import type { ConcurrencyLease, ConcurrencyLimiter } from './limiter.js';
+import { providerThrottle } from './provider-throttle.js';
 
 /** One provider request's claim on a limiter. */
 export interface SlotRequest<W extends string = string> extends RequestLineage {
@@ -28,6 +30,8 @@ export interface SlotRequest<W extends string = string> extends RequestLineage {
   readonly timeoutMs?: number | undefined;
   readonly onEvent?: ConcurrencyEventListener | undefined;
   readonly clock?: Clock | undefined;
+  /** The request's estimated tokens, charged to the limiter's token budgets (see `AcquireRequest.tokens`). */
+  readonly tokens?: TokenCounts | undefined;
 }
 
 /** A slot held for one provider request. */
@@ -39,8 +43,12 @@ export interface HeldSlot<W extends string = string> {
    * provider request so the request stops with the slot.
    */
   readonly signal: AbortSignal;
-  /** Gives the slot back. Idempotent; never rejects (a failure becomes a `release-failed` event). */
-  release(outcome?: ReleaseOutcome): Promise<void>;
+  /**
+   * Gives the slot back. Idempotent; never rejects (a failure becomes a `release-failed` event).
+   * `details` goes to the limiter's `release`: the tokens the request used, and what the
+   * provider said, which emits `provider-throttled` when the provider is overloaded.
+   */
+  release(outcome?: ReleaseOutcome, details?: ReleaseDetails): Promise<void>;
 }
 
 /** Lifecycle of a held slot:  held -> released  |  held -> lost -> released (no event). */
@@ -133,6 +141,7 @@ export async function acquireSlot<W extends string>(request: SlotRequest<W>): Pr
       key: request.key,
       signal: wait.signal,
       timeoutMs: request.timeoutMs,
+      ...(request.tokens === undefined ? {} : { tokens: request.tokens }),
       ...lineage,
     });
   } catch (error) {
@@ -248,19 +257,23 @@ class Slot<W extends string> implements HeldSlot<W> {
     );
   }
 
-  release(outcome: ReleaseOutcome = 'completed'): Promise<void> {
-    this.#releasing ??= this.#release(outcome);
+  release(outcome: ReleaseOutcome = 'completed', details?: ReleaseDetails): Promise<void> {
+    this.#releasing ??= this.#release(outcome, details);
     return this.#releasing;
   }
 
-  async #release(outcome: ReleaseOutcome): Promise<void> {
+  async #release(outcome: ReleaseOutcome, details: ReleaseDetails | undefined): Promise<void> {
     const wasHeld = this.#state === 'held';
     this.#state = 'released';
     if (this.#timer !== undefined) this.clock.clearTimeout(this.#timer);
     this.#timer = undefined;
     const lease = this.#lease;
+    // The provider's word stands even for a lost lease: its account is overloaded either way.
+    const throttle = details?.provider === undefined ? undefined : providerThrottle(details.provider);
+    if (throttle) this.emit({ type: 'provider-throttled', ...throttle });
     try {
-      await this.limiter.release(lease);
+      // A limiter that takes one argument still conforms: the details are extra.
+      await (details === undefined ? this.limiter.release(lease) : this.limiter.release(lease, details));
     } catch (error) {
       this.emit({ type: 'release-failed', leaseId: lease.id, error: asError(error) });
       return;

@@ -10,9 +10,16 @@ let installed = false;
  * Runs `body` (which sends a provider request) so that `observer` sees the status and headers
  * of its HTTP responses, error responses included. pi-ai passes only the message of a failed
  * response on, and the provider SDKs build their clients after an await, so the headers we
- * need (`retry-after`) are read here: `fetch` is wrapped once, and the wrapper only looks at
- * responses of calls made inside an observed async context. Everything else passes straight
- * through, untouched.
+ * need (`retry-after`, the rate-limit figures) are read here: `fetch` is wrapped once, and the
+ * wrapper only looks at responses of calls made inside an observed async context. Everything
+ * else passes straight through, untouched.
+ *
+ * Inside an observed context every HTTP response also comes back marked
+ * `x-should-retry: false`, which the OpenAI and Anthropic SDKs both honour before their own
+ * status rules. So an SDK given `maxRetries` retries only a connection that failed before any
+ * response (inside the same slot, as the spec wants), and a 429 or 5xx always reaches our
+ * retry policy, which tells the limiter and takes a new slot: the SDK never retries an
+ * overloaded provider behind the limiter's back.
  */
 export function observeResponses<T>(observer: ResponseObserver, body: () => T): T {
   install();
@@ -29,18 +36,21 @@ function install(): void {
   ) {
     const observer = observers.getStore();
     const response = original.call(globalThis, input, init);
-    if (observer) {
-      response.then(
-        (r) => {
-          try {
-            observer(r.status, r.headers);
-          } catch {
-            // An observer cannot break a request.
-          }
-        },
-        () => undefined,
-      );
-    }
-    return response;
+    if (!observer) return response;
+    return response.then((r) => {
+      try {
+        observer(r.status, r.headers);
+      } catch {
+        // An observer cannot break a request.
+      }
+      return withoutSdkRetry(r);
+    });
   } as typeof fetch;
+}
+
+/** The same response (its body still a stream), with `x-should-retry: false` among its headers. */
+function withoutSdkRetry(response: Response): Response {
+  const headers = new Headers(response.headers);
+  headers.set('x-should-retry', 'false');
+  return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
 }

@@ -151,12 +151,15 @@ describe('agent runs against the provider stand-in over HTTP', () => {
     expect(log.types()).toEqual([
       'wait-started',
       'acquired',
+      // The provider said it is overloaded: the run's listeners hear it with the slot's release.
+      'provider-throttled',
       'released',
       'wait-started',
       'acquired',
       'released',
     ]);
-    expect(log.events[2]).toMatchObject({ outcome: 'failed' });
+    expect(log.events[2]).toMatchObject({ status: 429, retryAfterMs: 0 });
+    expect(log.events[3]).toMatchObject({ outcome: 'failed' });
     expect(new Set(log.of('acquired').map((e) => e.requestId)).size).toBe(2);
   });
 

@@ -278,6 +278,63 @@ describe('slot lifecycle and events', () => {
     expect(limiter.stats().active).toBe(0);
   });
 
+  it('passes the tokens to acquire and the release details to release, and a 429 emits provider-throttled', async () => {
+    const { clock, limiter: inner, events, onEvent } = setup();
+    const calls: unknown[][] = [];
+    const limiter: ConcurrencyLimiter<string> = {
+      name: inner.name,
+      acquire: (r) => (calls.push(['acquire', r?.tokens]), inner.acquire(r)),
+      renew: (l) => inner.renew(l),
+      release: (l, d) => (calls.push(['release', d]), inner.release(l, d)),
+    };
+    const slot = await acquireSlot({
+      limiter,
+      workload: 'interactive',
+      clock,
+      onEvent,
+      tokens: { input: 120, output: 800 },
+      ...lineage,
+    });
+    const details = {
+      usage: { input: 0, output: 0 },
+      provider: { status: 429, retryAfterMs: 2_000, limits: { retryAfterMs: 2_000 } },
+    };
+    await slot.release('failed', details);
+    await slot.release('failed', details); // once only
+    expect(calls).toEqual([
+      ['acquire', { input: 120, output: 800 }],
+      ['release', details],
+    ]);
+    expect(events.map((e) => e.type)).toEqual(['wait-started', 'acquired', 'provider-throttled', 'released']);
+    expect(events[2]).toEqual({
+      type: 'provider-throttled',
+      ...common,
+      at: 1_000_000,
+      status: 429,
+      retryAfterMs: 2_000,
+    });
+  });
+
+  it('emits nothing more for a provider that is not overloaded, and calls release with one argument without details', async () => {
+    const { clock, limiter: inner, onEvent, types } = setup();
+    const arities: number[] = [];
+    const limiter: ConcurrencyLimiter<string> = {
+      name: inner.name,
+      acquire: (r) => inner.acquire(r),
+      renew: (l) => inner.renew(l),
+      release: (...args: Parameters<ConcurrencyLimiter<string>['release']>) => {
+        arities.push(args.length);
+        return inner.release(...args);
+      },
+    };
+    const first = await acquireSlot({ limiter, clock, onEvent });
+    await first.release('completed', { provider: { status: 200, limits: { requests: { remaining: 5 } } } });
+    const second = await acquireSlot({ limiter, clock, onEvent });
+    await second.release();
+    expect(types().filter((t) => t === 'provider-throttled')).toEqual([]);
+    expect(arities).toEqual([2, 1]);
+  });
+
   it('covers every event type: each was emitted by a test above', () => {
     expect([...emitted].sort()).toEqual(Object.keys(everyType).sort());
   });
