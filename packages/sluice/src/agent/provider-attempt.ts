@@ -13,7 +13,7 @@ import type { ConcurrencyEvent } from '../concurrency/events.js';
 import { rateLimitsFromHeaders } from '../concurrency/rate-limit-headers.js';
 import { acquireSlot, type HeldSlot } from '../concurrency/slot.js';
 import { observeResponses } from '../models/response-observer.js';
-import type { FailedAttempt } from './retry.js';
+import { providerWaitMs, type FailedAttempt } from './retry.js';
 import type { RunScope } from './scope.js';
 import { LinkedAbort, timer } from './signals.js';
 import type { RequestTrace } from './tracing.js';
@@ -85,7 +85,7 @@ export async function sendOnSlot(
     span.end();
     await slot?.release(
       attempt ? releaseOutcome(attempt.final) : 'failed',
-      attempt && releaseDetails(attempt),
+      attempt && releaseDetails(attempt, request.scope.clock.now()),
     );
   }
   return attempt;
@@ -95,10 +95,21 @@ export async function sendOnSlot(
  * What the limiter is told when the slot goes back: the tokens the response reported (all its
  * input, cached or not, as providers count prompts against their limits), and the provider's
  * status and rate-limit figures. Without a reported usage (a refused or failed request) the
- * estimate stays charged; without a response, the provider said nothing.
+ * estimate stays charged; without a response, the provider said nothing. A failed answer's
+ * wait is the one our retry honours: its headers', else one its message names ("try again in
+ * 300ms"), so the limiter pauses exactly as long as the run waits.
  */
-function releaseDetails(attempt: Attempt): ReleaseDetails {
+function releaseDetails(attempt: Attempt, now: number): ReleaseDetails {
   const u = attempt.final.usage;
+  const failed = attempt.final.stopReason === 'error';
+  const retryAfterMs =
+    attempt.limits?.retryAfterMs ??
+    (failed
+      ? providerWaitMs(
+          { text: attempt.final.errorMessage ?? '', status: attempt.status, headers: attempt.headers },
+          now,
+        )
+      : undefined);
   const input = (u?.input ?? 0) + (u?.cacheRead ?? 0) + (u?.cacheWrite ?? 0);
   const output = u?.output ?? 0;
   return {
@@ -106,11 +117,7 @@ function releaseDetails(attempt: Attempt): ReleaseDetails {
     ...(attempt.status === undefined
       ? {}
       : {
-          provider: {
-            status: attempt.status,
-            retryAfterMs: attempt.limits?.retryAfterMs,
-            limits: attempt.limits,
-          },
+          provider: { status: attempt.status, retryAfterMs, limits: attempt.limits },
         }),
   };
 }

@@ -147,7 +147,7 @@ function tokenCount(value: unknown): number | undefined {
   return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : undefined;
 }
 
-function statusOf(provider: ProviderFeedback | undefined): number | undefined {
+export function statusOf(provider: ProviderFeedback | undefined): number | undefined {
   const status = provider?.status;
   return typeof status === 'number' && Number.isInteger(status) ? status : undefined;
 }
@@ -187,8 +187,11 @@ function lowerToRemaining(
   return budgetsOf(figures).length === 0 ? buckets : lowered;
 }
 
-/** How long this answer pauses the limiter, or `undefined` when it does not. */
-function pauseOf(provider: ProviderFeedback | undefined): number | undefined {
+/**
+ * How long this answer pauses the limiter, or `undefined` when it does not. The slot reads it
+ * too, to tell the run's listeners (`provider-throttled`) what the limiter was told.
+ */
+export function pauseOf(provider: ProviderFeedback | undefined): number | undefined {
   if (provider === undefined || provider === null || typeof provider !== 'object') return undefined;
   const status = statusOf(provider);
   const exhausted = windowsOf(provider).filter((w) => tokenCount(w.remaining) === 0);

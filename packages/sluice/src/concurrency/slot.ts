@@ -12,7 +12,7 @@ import {
 import type { ReleaseDetails, TokenCounts } from './capacity-types.js';
 import type { ConcurrencyEvent, ConcurrencyEventListener, ReleaseOutcome } from './events.js';
 import type { ConcurrencyLease, ConcurrencyLimiter } from './limiter.js';
-import { providerThrottle } from './provider-throttle.js';
+import { pauseOf, statusOf } from './capacity.js';
 
 /** One provider request's claim on a limiter. */
 export interface SlotRequest<W extends string = string> extends RequestLineage {
@@ -269,8 +269,10 @@ class Slot<W extends string> implements HeldSlot<W> {
     this.#timer = undefined;
     const lease = this.#lease;
     // The provider's word stands even for a lost lease: its account is overloaded either way.
-    const throttle = details?.provider === undefined ? undefined : providerThrottle(details.provider);
-    if (throttle) this.emit({ type: 'provider-throttled', ...throttle });
+    const pauseMs = pauseOf(details?.provider);
+    if (pauseMs !== undefined) {
+      this.emit({ type: 'provider-throttled', status: statusOf(details?.provider), retryAfterMs: pauseMs });
+    }
     try {
       // A limiter that takes one argument still conforms: the details are extra.
       await (details === undefined ? this.limiter.release(lease) : this.limiter.release(lease, details));

@@ -145,7 +145,13 @@ describe('the estimate reaches the limiter, and the usage settles', () => {
 
 describe("the provider's 429 reaches the limiter", () => {
   it('releases the refused attempt with status 429 and retryAfterMs, emits provider-throttled, and retries on a new slot', async () => {
-    const p = await f.provider({ limits: { requestsPerMinute: 1 }, clock: f.clock });
+    // The account's tokens, which the limiter is not told of: the first answer spends 4,010 of
+    // 6,000, so the next request (its prompt and the 4,096-token cap) does not fit.
+    const p = await f.provider({
+      reply: replies({ text: 'a long answer', usage: { input: 10, output: 4_000 } }, { text: 'ok' }),
+      limits: { tokensPerMinute: 6_000 },
+      clock: f.clock,
+    });
     const limiter = f.watch(new RecordingLimiter(f.limiter()));
     const log = eventLog();
     const agent = createAgent({
@@ -157,22 +163,25 @@ describe("the provider's 429 reaches the limiter", () => {
     });
     await agent.run({ prompt: 'first' });
     const second = agent.run({ prompt: 'second' });
-    // The account's one request a minute is spent: 429 with retry-after 60 s, which our
-    // policy waits for on the run's clock.
-    const wait = await f.clock.timer((t) => t.ms === 60_000);
+    await until(() => limiter.released.length === 2, { message: 'the refused attempt is released' });
     expect(p.rateLimited).toBe(1);
     const refused = limiter.released[1]!;
     expect(refused.usage).toBeUndefined(); // nothing used: the estimate stays as it was
-    expect(refused.provider).toMatchObject({ status: 429, retryAfterMs: 60_000 });
-    expect(refused.provider?.limits?.requests).toEqual({ limit: 1, remaining: 0, resetMs: 60_000 });
-    // The first answer already said nothing remains (a pause until its reset), the 429 says wait.
-    expect(log.of('provider-throttled')).toMatchObject([
-      { status: 200, retryAfterMs: 60_000 },
-      { status: 429, retryAfterMs: 60_000 },
-    ]);
+    const { status, retryAfterMs, limits } = refused.provider!;
+    expect(status).toBe(429);
+    // 1,990 tokens were left; the request needs its prompt (under 100 tokens as the stand-in
+    // counts it) and the 4,096 cap, each missing token back in 10 ms at 6,000 a minute.
+    expect(limits?.tokens).toMatchObject({ limit: 6_000, remaining: 1_990 });
+    expect(retryAfterMs! % 10).toBe(0);
+    expect(retryAfterMs).toBeGreaterThan((4_096 - 1_990) * 10);
+    expect(retryAfterMs).toBeLessThan((4_096 + 100 - 1_990) * 10);
+    expect(limits?.retryAfterMs).toBe(retryAfterMs);
+    expect(log.of('provider-throttled')).toMatchObject([{ status: 429, retryAfterMs }]);
 
+    // Our policy waits what the provider named, on the run's clock; then the tokens are back.
+    const wait = await f.clock.timer((t) => t.ms === retryAfterMs);
     f.clock.advance(wait.ms);
-    await expect(second).resolves.toMatchObject({ status: 'completed' });
+    await expect(second).resolves.toMatchObject({ status: 'completed', text: 'ok' });
     // The SDK did not retry the 429 itself: three requests reached the account, one per slot.
     expect(p.requests.map((r) => r.status)).toEqual([200, 429, 200]);
     expect(limiter.acquired).toHaveLength(3);

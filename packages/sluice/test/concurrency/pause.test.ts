@@ -1,10 +1,11 @@
-// When the provider's feedback pauses a limiter, and for how long: a table.
+// When the provider's feedback pauses a limiter, and for how long, as the slot reports it to
+// a run's listeners (`provider-throttled`): a table.
 import { describe, expect, it } from 'vitest';
-import { providerThrottle } from '../../src/concurrency/provider-throttle.js';
+import { pauseOf, statusOf } from '../../src/concurrency/capacity.js';
 import type { ProviderFeedback } from '../../src/concurrency/capacity-types.js';
 
-describe('providerThrottle', () => {
-  it.each<[string, ProviderFeedback, ReturnType<typeof providerThrottle>]>([
+describe('pauseOf', () => {
+  it.each<[string, ProviderFeedback, { status: number | undefined; retryAfterMs: number } | undefined]>([
     [
       'a 429 with the wait it names',
       { status: 429, retryAfterMs: 2_500 },
@@ -42,7 +43,15 @@ describe('providerThrottle', () => {
     ],
     ['a 500 (a fault, not overload)', { status: 500 }, undefined],
     ['no status at all', {}, undefined],
+    [
+      'a wait past a minute: a minute',
+      { status: 429, retryAfterMs: 3_600_000 },
+      { status: 429, retryAfterMs: 60_000 },
+    ],
   ])('%s', (_, feedback, expected) => {
-    expect(providerThrottle(feedback)).toEqual(expected);
+    const pauseMs = pauseOf(feedback);
+    expect(pauseMs === undefined ? undefined : { status: statusOf(feedback), retryAfterMs: pauseMs }).toEqual(
+      expected,
+    );
   });
 });
