@@ -154,13 +154,6 @@ export function resolvePostgresLimiterOptions<W extends string>(
   const fail = (field: string, expected: string, value: unknown): never => {
     throw optionError(limits.name, field, expected, value);
   };
-  // Budgets and the adaptive limit are not shared through the database yet: refused rather
-  // than silently left out, which would let every process spend the whole budget.
-  if (limits.rate !== undefined)
-    fail('rate', 'absent (not supported by the PostgreSQL limiter yet)', options.rate);
-  if (limits.adaptive !== undefined) {
-    fail('adaptive', 'absent (not supported by the PostgreSQL limiter yet)', options.adaptive);
-  }
   const wholeNumber = (field: string, value: unknown, fallback: number, min: number, why = ''): number => {
     if (value === undefined) return fallback;
     if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {

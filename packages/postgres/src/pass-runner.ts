@@ -4,14 +4,25 @@ import type { Database } from './database.js';
 import { channelPrefix } from './hub.js';
 import type { PostgresSettings } from './options.js';
 import type { OutageWatch } from './outage.js';
-import { decodePass, planPass, type Enqueue, type EnqueueOutcome, type PassRow } from './pass.js';
+import type { ReleaseDetails, TokenCost } from 'sluice/concurrency';
+import {
+  decodePass,
+  planPass,
+  type Enqueue,
+  type EnqueueOutcome,
+  type PassRow,
+  type SettledRelease,
+} from './pass.js';
+import type { ReleaseOutcome } from './pass-capacity.js';
 import type { LimiterMetrics } from './metrics.js';
 import type { LeaseRow, LimiterQueries } from './queries.js';
 
 /** What one caller has to say to the limiter in a pass; a pass carries a batch of them. */
 export interface PassInput {
-  enqueue?: Enqueue;
+  enqueue?: Enqueue & { readonly tokens: TokenCost };
   release?: string;
+  /** How the released lease's request went: its usage and the provider's answer. */
+  releaseDetails?: { readonly fence: number | undefined; readonly details: ReleaseDetails };
   cancel?: string;
   /** Waiters of this limiter to keep alive, and whose pending offers to claim. */
   heartbeat?: string[];
@@ -21,6 +32,8 @@ export interface PassResult {
   outcome: EnqueueOutcome | undefined;
   /** For a heartbeat: which of the waiters still have their queue entry. */
   present: ReadonlySet<string> | undefined;
+  /** For a release with details: the pause or the move of the limit it caused. */
+  released: ReleaseOutcome | undefined;
 }
 
 export type PassMetrics = Pick<
@@ -55,6 +68,11 @@ export interface PassContext {
 export class PassRunner {
   /** When the next known lease lapses, on the local clock (from the last pass). */
   nextExpiryAt = Infinity;
+  /**
+   * When a request waits for a refill or for the pause's end, the moment to look again, on the
+   * local clock (from the last pass); Infinity when none does.
+   */
+  wakeAt = Infinity;
   readonly #batcher = new Batcher<PassInput, PassResult>((inputs) => this.#watched(inputs));
 
   constructor(private readonly ctx: PassContext) {}
@@ -75,6 +93,9 @@ export class PassRunner {
   async #run(inputs: PassInput[]): Promise<PassResult[]> {
     const { db, queries: q, name, owner, settings, metrics } = this.ctx;
     const enqueues = inputs.flatMap((i) => (i.enqueue ? [i.enqueue] : []));
+    const settled: SettledRelease[] = inputs.flatMap((i) =>
+      i.release && i.releaseDetails ? [{ leaseId: i.release, ...i.releaseDetails }] : [],
+    );
     const { grants, state, plan } = await db.transaction(
       async (tx) => {
         const rows = (
@@ -85,6 +106,8 @@ export class PassRunner {
             enqueues.map((e) => e.workload),
             enqueues.map((e) => e.timeoutMs ?? null),
             enqueues.map((e) => e.key),
+            enqueues.map((e) => e.tokens.input),
+            enqueues.map((e) => e.tokens.output),
             inputs.flatMap((i) => (i.release ? [i.release] : [])),
             inputs.flatMap((i) => (i.cancel ? [i.cancel] : [])),
             inputs.flatMap((i) => i.heartbeat ?? []),
@@ -95,9 +118,9 @@ export class PassRunner {
         ).rows;
         const state = decodePass(rows);
         if (!state) throw new Error(`limiter \`${name}\` is not registered in schema \`${settings.schema}\``);
-        const plan = planPass(state, enqueues);
+        const plan = planPass(state, enqueues, settled);
         let grants: LeaseRow[] = [];
-        if (plan.grants.length > 0 || plan.dropped.length > 0) {
+        if (plan.grants.length > 0 || plan.dropped.length > 0 || plan.capacity !== undefined) {
           const chosen = plan.grants;
           grants = (
             await tx.query<LeaseRow>(q.grant, [
@@ -111,6 +134,10 @@ export class PassRunner {
               this.ctx.leaseTtlMs,
               settings.offerTtlMs,
               channelPrefix,
+              chosen.map((g) => g.tokens.input),
+              chosen.map((g) => g.tokens.output),
+              plan.capacity ?? null,
+              state.nowMs,
             ])
           ).rows;
         }
@@ -118,8 +145,10 @@ export class PassRunner {
       },
       { synchronousCommit: settings.synchronousCommit },
     );
-    this.nextExpiryAt =
-      state.nextExpiryMs === undefined ? Infinity : this.ctx.clock.now() + state.nextExpiryMs;
+    const localNow = this.ctx.clock.now();
+    this.nextExpiryAt = state.nextExpiryMs === undefined ? Infinity : localNow + state.nextExpiryMs;
+    // The database's time of the pass maps to the local clock by the offset of this pass.
+    this.wakeAt = plan.wakeAt === undefined ? Infinity : localNow + Math.max(0, plan.wakeAt - state.nowMs);
     metrics.passes++;
     const direct = grants.filter((g) => !g.offered && g.owner === owner);
     metrics.directGrants += direct.length;
@@ -130,6 +159,7 @@ export class PassRunner {
     return inputs.map((input) => ({
       outcome: input.enqueue ? plan.outcomes.get(input.enqueue.id) : undefined,
       present: input.heartbeat ? state.present : undefined,
+      released: input.release && input.releaseDetails ? plan.releases.get(input.release) : undefined,
     }));
   }
 }

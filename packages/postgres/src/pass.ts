@@ -1,13 +1,22 @@
 /**
- * One allocation pass, between its two SQL calls: decode what `concurrency_pass_v3` read
- * under the limiter's row lock, then decide who gets a slot (the shared `allocate` rules) and
- * what becomes of the requests this pass put in the queue. Pure: no SQL, no clock.
+ * One allocation pass, between its two SQL calls: decode what `concurrency_pass_v4` read
+ * under the limiter's row lock, then decide who gets a slot (the shared `allocate` rules, with
+ * the budgets, the pause and the effective limit as stored), what the releases of the pass do
+ * to the budgets (pass-capacity.ts), and what becomes of the requests this pass put in the
+ * queue. Pure: no SQL; the time is the database's, read in the pass.
  */
-import { allocate, servingOrder } from 'sluice/concurrency';
+import {
+  allocate,
+  servingOrder,
+  type CapacityState,
+  type ReleaseDetails,
+  type TokenCost,
+} from 'sluice/concurrency';
+import { capacityOfPass, parseCapacity, type ReleaseOutcome } from './pass-capacity.js';
 import type { LeaseRow } from './queries.js';
 import { allocationLimits, type StoredLimits } from './stored-limits.js';
 
-/** A row of `concurrency_pass_v3` as the driver returns it (see sql/003_fair_keys.sql). */
+/** A row of `concurrency_pass_v4` as the driver returns it (see sql/004_capacity.sql). */
 export interface PassRow {
   readonly kind: string;
   readonly workload: string | null;
@@ -23,6 +32,11 @@ export interface PassRow {
   readonly expires_at: number | null;
   /** Start tag of a `head` row (fair queuing by key). */
   readonly tag: number | null;
+  /** Token estimate of a `head` or `released` row. */
+  readonly tokens_in: number | null;
+  readonly tokens_out: number | null;
+  /** The database's time, in the `capacity` row. */
+  readonly now_ms: number | null;
 }
 
 /** A request at the head of its workload's queue. */
@@ -36,6 +50,16 @@ export interface QueueHead {
   /** The process that waits for it. */
   readonly owner: string;
   readonly workload: string;
+  /** Its token estimate. */
+  readonly tokens: TokenCost;
+}
+
+/** A lease this pass released, as it was stored. */
+export interface ReleasedLease {
+  readonly leaseId: string;
+  readonly fence: number;
+  /** What its grant was charged. */
+  readonly tokens: TokenCost;
 }
 
 /** One row, decoded: a discriminated union on `kind`. */
@@ -46,14 +70,22 @@ export type PassItem =
   | { readonly kind: 'active'; readonly workload: string; readonly count: number }
   | { readonly kind: 'queued'; readonly workload: string; readonly count: number }
   | { readonly kind: 'next-expiry'; readonly inMs: number }
-  | { readonly kind: 'head'; readonly head: QueueHead };
+  | { readonly kind: 'head'; readonly head: QueueHead }
+  | { readonly kind: 'released'; readonly lease: ReleasedLease }
+  | {
+      readonly kind: 'capacity';
+      /** As stored: JSON text, or null when never written. */
+      readonly json: string | null;
+      readonly newestFence: number;
+      readonly nowMs: number;
+    };
 
 /** Decodes one row; throws on a kind it does not know or a column its kind needs that is missing. */
 export function decodePassRow(row: PassRow): PassItem {
   const need = <K extends keyof PassRow>(column: K): NonNullable<PassRow[K]> => {
     const value = row[column];
     if (value === null || value === undefined) {
-      throw new Error(`concurrency_pass_v3 returned a \`${row.kind}\` row without \`${column}\``);
+      throw new Error(`concurrency_pass_v4 returned a \`${row.kind}\` row without \`${column}\``);
     }
     return value as NonNullable<PassRow[K]>;
   };
@@ -90,10 +122,22 @@ export function decodePassRow(row: PassRow): PassItem {
           owner: need('owner'),
           workload: need('workload'),
           tag: need('tag'),
+          tokens: { input: need('tokens_in'), output: need('tokens_out') },
         },
       };
+    case 'released':
+      return {
+        kind: 'released',
+        lease: {
+          leaseId: need('lease_id'),
+          fence: need('fence'),
+          tokens: { input: need('tokens_in'), output: need('tokens_out') },
+        },
+      };
+    case 'capacity':
+      return { kind: 'capacity', json: row.limits_json, newestFence: need('fence'), nowMs: need('now_ms') };
     default:
-      throw new Error(`concurrency_pass_v3 returned a row of unknown kind \`${row.kind}\``);
+      throw new Error(`concurrency_pass_v4 returned a row of unknown kind \`${row.kind}\``);
   }
 }
 
@@ -112,6 +156,16 @@ export interface PassState {
   readonly claimed: LeaseRow[];
   /** When the next lease lapses, in milliseconds from the pass; absent when none is held. */
   readonly nextExpiryMs: number | undefined;
+  /** Leases this pass released that were still held. */
+  readonly released: ReleasedLease[];
+  /** Budgets, pause and effective limit as stored, brought to `nowMs`. */
+  readonly capacity: CapacityState;
+  /** The capacity exactly as read, to tell whether the pass must write it back. */
+  readonly storedCapacity: string | null;
+  /** The database's time when the pass read the state. */
+  readonly nowMs: number;
+  /** The newest fence handed out so far. */
+  readonly newestFence: number;
 }
 
 /**
@@ -129,11 +183,19 @@ export function decodePass(rows: readonly PassRow[]): PassState | undefined {
   const heads: QueueHead[][] = limits.workloads.map(() => []);
   const present = new Set<string>();
   const claimed: LeaseRow[] = [];
+  const released: ReleasedLease[] = [];
   let queued = 0;
   let nextExpiryMs: number | undefined;
+  let capacityItem: Extract<PassItem, { kind: 'capacity' }> | undefined;
   for (const item of items) {
     switch (item.kind) {
       case 'limits':
+        break;
+      case 'capacity':
+        capacityItem = item;
+        break;
+      case 'released':
+        released.push(item.lease);
         break;
       case 'present':
         present.add(item.waiterId);
@@ -164,7 +226,23 @@ export function decodePass(rows: readonly PassRow[]): PassState | undefined {
     }
   }
   for (const list of heads) list.sort(servingOrder);
-  return { limits, active, queued, heads, present, claimed, nextExpiryMs };
+  if (capacityItem === undefined) throw new Error('concurrency_pass_v4 returned no `capacity` row');
+  const { json, nowMs, newestFence } = capacityItem;
+  const capacity = parseCapacity(allocationLimits(limits), json, nowMs);
+  return {
+    limits,
+    active,
+    queued,
+    heads,
+    present,
+    claimed,
+    nextExpiryMs,
+    released,
+    capacity,
+    storedCapacity: json,
+    nowMs,
+    newestFence,
+  };
 }
 
 /** A request this pass puts in the queue. */
@@ -226,28 +304,65 @@ export function decideEnqueues(input: {
   return { outcomes, dropped };
 }
 
+/** A release of this pass that reports how its request went. */
+export interface SettledRelease {
+  readonly leaseId: string;
+  /** The lease's fence, as the caller holds it (also for a lease already gone). */
+  readonly fence: number | undefined;
+  readonly details: ReleaseDetails;
+}
+
 /** The decisions of one pass: who gets a slot, and what becomes of the new requests. */
 export interface PassPlan extends EnqueueDecisions {
   /** Waiters to grant now, in the order the rules serve them. */
   readonly grants: QueueHead[];
+  /** The capacity to store, or `undefined` when it did not change. */
+  readonly capacity: string | undefined;
+  /** What each settled release did (a pause, a move of the limit), by lease id. */
+  readonly releases: ReadonlyMap<string, ReleaseOutcome>;
+  /** When a request waits for a refill or the pause's end, the database time to look again. */
+  readonly wakeAt: number | undefined;
 }
 
 /**
  * Decides a pass. Deadlines and lapsed entries were swept in SQL, in database time, so the
- * rules see only live entries and need no clock.
+ * rules see only live entries; budgets and the pause use the database's time of the pass.
  */
-export function planPass(state: PassState, enqueues: readonly Enqueue[]): PassPlan {
-  const grants = allocate({
-    limits: allocationLimits(state.limits),
+export function planPass(
+  state: PassState,
+  enqueues: readonly Enqueue[],
+  settled: readonly SettledRelease[] = [],
+): PassPlan {
+  const limits = allocationLimits(state.limits);
+  const { capacity, releases } = capacityOfPass(limits, state, settled);
+  const result = allocate({
+    limits,
     active: state.active,
     waiting: state.heads,
-    now: 0,
-  }).grants.map((g) => g.entry);
+    now: state.nowMs,
+    capacity,
+  });
+  const grants = result.grants.map((g) => g.entry);
   const decisions = decideEnqueues({
     enqueues,
     granted: new Set(grants.map((g) => g.id)),
     queued: state.queued,
     maxQueued: state.limits.maxQueued,
   });
-  return { grants, ...decisions };
+  const json = JSON.stringify({ ...capacity, buckets: result.buckets });
+  // Written only when it changed: a pass of a limiter without budgets or pause writes nothing.
+  const unchanged =
+    state.storedCapacity === null ? json === JSON.stringify(initialOf(state)) : json === state.storedCapacity;
+  return {
+    grants,
+    ...decisions,
+    capacity: unchanged ? undefined : json,
+    releases,
+    // Someone still waits (a pause with nobody waiting ends unwatched).
+    wakeAt: state.queued - grants.length - decisions.dropped.length > 0 ? result.wakeAt : undefined,
+  };
+}
+
+function initialOf(state: PassState): CapacityState {
+  return parseCapacity(allocationLimits(state.limits), null, state.nowMs);
 }

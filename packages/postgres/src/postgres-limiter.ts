@@ -4,12 +4,17 @@ import {
   resolveWorkload,
   type AcquireRequest,
   type Clock,
+  type ClockTimer,
+  type ConcurrencyEvent,
+  type ConcurrencyEventListener,
   type ConcurrencyLease,
   type ConcurrencyLimiter,
   type ConcurrencyStats,
   type LimiterErrors,
+  type ReleaseDetails,
   type ResolvedLimits,
 } from 'sluice/concurrency';
+import type { ReleaseOutcome } from './pass-capacity.js';
 import type { Database } from './database.js';
 import { hubFor, type ListenHub, type OfferNotice } from './hub.js';
 import {
@@ -18,7 +23,7 @@ import {
   type PostgresSettings,
 } from './options.js';
 import { OutageWatch } from './outage.js';
-import { PassRunner, type PassResult } from './pass-runner.js';
+import { PassRunner, type PassInput, type PassResult } from './pass-runner.js';
 import { PollSchedule } from './poll-schedule.js';
 import { extendLeases, leaseOf, readStats } from './leases.js';
 import { newMetrics, type LimiterMetrics } from './metrics.js';
@@ -61,6 +66,10 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
   readonly #polls: PollSchedule;
   #ready: Promise<void> | undefined;
   #closed = false;
+  readonly #listeners = new Set<ConcurrencyEventListener>();
+  /** A pass at the moment a waiting request fits a refilled budget or the pause ends. */
+  #wakeTimer: ClockTimer | undefined;
+  #wakeTimerAt = Infinity;
   #closing: Promise<void> | undefined;
   /** Database work under way (passes, claims, polls, give-backs): close() waits for all of it. */
   readonly #inFlight = new Set<Promise<unknown>>();
@@ -139,7 +148,13 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     if (this.#closed) {
       return Promise.reject(this.#errors.failure(new Error('the limiter is closed'), workload, request));
     }
-    const { waiter, promise } = this.#waiters.add(request, workload, prepared.key, prepared.timeoutMs);
+    const { waiter, promise } = this.#waiters.add(
+      request,
+      workload,
+      prepared.key,
+      prepared.timeoutMs,
+      prepared.tokens,
+    );
     void this.#track(this.#start(waiter));
     return promise as Promise<ConcurrencyLease<W>>;
   }
@@ -166,8 +181,14 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       waiter.timeoutMs === undefined
         ? undefined
         : Math.max(0, waiter.timeoutMs - (this.#clock.now() - waiter.startedAt));
-    const pass = this.#passes.submit({
-      enqueue: { id: waiter.id, workload: waiter.workload, key: waiter.key, timeoutMs },
+    const pass = this.#submit({
+      enqueue: {
+        id: waiter.id,
+        workload: waiter.workload,
+        key: waiter.key,
+        timeoutMs,
+        tokens: waiter.tokens,
+      },
     });
     waiter.enqueued = pass;
     let result: PassResult;
@@ -261,7 +282,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     await waiter.enqueued?.catch(() => undefined);
     let failure: { error: unknown } | undefined;
     try {
-      await this.#passes.submit({ cancel: waiter.id });
+      await this.#submit({ cancel: waiter.id });
     } catch (error) {
       failure = { error };
     }
@@ -277,7 +298,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
 
   /** Removes queue entries (and offers to them) in the background; what fails lapses. */
   #withdraw(ids: string[]): void {
-    for (const id of ids) void this.#track(this.#passes.submit({ cancel: id })).catch(() => undefined);
+    for (const id of ids) void this.#track(this.#submit({ cancel: id })).catch(() => undefined);
   }
 
   /**
@@ -351,7 +372,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       const ids = waiting.filter((w) => w.state === 'waiting').map((w) => w.id);
       if (ids.length === 0) return;
       this.metrics.polls++;
-      const { present } = await this.#passes.submit({ heartbeat: ids });
+      const { present } = await this.#submit({ heartbeat: ids });
       const now = this.#clock.now();
       for (const id of ids) {
         const waiter = this.#waiters.get(id);
@@ -391,23 +412,102 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     }
   }
 
-  release(lease: ConcurrencyLease<W> | ConcurrencyLease<string>): Promise<void> {
-    return this.#track(this.#release(lease));
+  /**
+   * Gives the slot back. `details` settles the grant's tokens to the usage and reports the
+   * provider's answer, in the same pass: a pause or a lowered limit holds for every process
+   * from the next grant on, since every grant is decided under the limiter's row lock.
+   */
+  release(lease: ConcurrencyLease<W> | ConcurrencyLease<string>, details?: ReleaseDetails): Promise<void> {
+    return this.#track(this.#release(lease, details));
   }
 
-  async #release(lease: ConcurrencyLease<W> | ConcurrencyLease<string>): Promise<void> {
+  async #release(
+    lease: ConcurrencyLease<W> | ConcurrencyLease<string>,
+    details: ReleaseDetails | undefined,
+  ): Promise<void> {
+    let result: PassResult;
     try {
       await this.ready();
-      await this.#passes.submit({ release: lease.id });
+      result = await this.#submit({
+        release: lease.id,
+        ...(details !== undefined && { releaseDetails: { fence: lease.fence, details } }),
+      });
     } catch (error) {
       throw this.#errors.failure(error, lease.workload, {});
     }
+    if (result.released) this.#announce(result.released, lease.workload);
   }
 
   stats(): Promise<ConcurrencyStats<W>> {
     return this.#track(
       this.ready().then(() => readStats(this.#db, this.#q, this.limits, this.settings.queueEntryTtlMs)),
     );
+  }
+
+  /**
+   * Hears this limiter object's events: `provider-throttled` and `limit-changed` for the
+   * releases made through it (the pause and the limit themselves hold for every process).
+   */
+  subscribe(listener: ConcurrencyEventListener): () => void {
+    this.#listeners.add(listener);
+    return () => {
+      this.#listeners.delete(listener);
+    };
+  }
+
+  #announce(outcome: ReleaseOutcome, workload: string): void {
+    const base = { limiter: this.name, workload, at: this.#clock.now() };
+    const events: ConcurrencyEvent[] = [];
+    if (outcome.throttled) events.push({ ...base, type: 'provider-throttled', ...outcome.throttled });
+    if (outcome.limitChanged) events.push({ ...base, type: 'limit-changed', ...outcome.limitChanged });
+    for (const event of events) {
+      for (const listener of this.#listeners) {
+        try {
+          listener(event);
+        } catch {
+          // A listener cannot break the limiter.
+        }
+      }
+    }
+  }
+
+  /** Runs a pass, then looks again when the pass says a waiting request may fit. */
+  async #submit(input: PassInput): Promise<PassResult> {
+    const result = await this.#passes.submit(input);
+    this.#armWake();
+    return result;
+  }
+
+  /**
+   * One timer per limiter object, for the earliest moment a request waiting here or elsewhere
+   * fits a refilled budget, or the pause ends: it runs an empty pass, which grants (and offers
+   * to other processes) whatever fits then. Any process that learns the time arms it, so a
+   * head that waits for a budget is served at the refill even when its own process has not
+   * run a pass since.
+   */
+  #armWake(): void {
+    const at = this.#passes.wakeAt;
+    if (this.#closed || at === Infinity) {
+      this.#clearWake();
+      return;
+    }
+    if (this.#wakeTimer !== undefined && this.#wakeTimerAt <= at) return;
+    this.#clearWake();
+    this.#wakeTimerAt = at;
+    this.#wakeTimer = this.#clock.setTimeout(
+      () => {
+        this.#wakeTimer = undefined;
+        this.#wakeTimerAt = Infinity;
+        if (!this.#closed) void this.#track(this.#submit({})).catch(() => undefined);
+      },
+      Math.max(0, at - this.#clock.now()),
+    );
+  }
+
+  #clearWake(): void {
+    if (this.#wakeTimer !== undefined) this.#clock.clearTimeout(this.#wakeTimer);
+    this.#wakeTimer = undefined;
+    this.#wakeTimerAt = Infinity;
   }
 
   /**
@@ -424,6 +524,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
   async #close(): Promise<void> {
     this.#closed = true;
     this.#polls.cancel();
+    this.#clearWake();
     for (const waiter of this.#waiters.list()) {
       const error = this.#errors.failure(
         new Error('the limiter was closed'),

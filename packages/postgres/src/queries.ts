@@ -27,12 +27,17 @@ export function limiterQueries(schema: string) {
     replaceLimits: `UPDATE ${s}.concurrency_limiters SET limits = $2::jsonb, updated_at = clock_timestamp()
       WHERE name = $1::text`,
 
-    // See concurrency_pass_v3 and concurrency_grant (sql/003_fair_keys.sql); pass.ts decodes
-    // the rows and decides the grants between them.
-    pass: `SELECT * FROM ${s}.concurrency_pass_v3($1::text, $2::text, $3::uuid[], $4::text[], $5::float8[],
-      $6::text[], $7::uuid[], $8::uuid[], $9::uuid[], $10::float8, $11::int, $12::float8)`,
-    grant: `SELECT * FROM ${s}.concurrency_grant($1::text, $2::uuid[], $3::text[], $4::text[], $5::boolean[],
-      $6::float8[], $7::uuid[], $8::float8, $9::float8, $10::text)`,
+    // See concurrency_pass_v4 and concurrency_grant_v4 (sql/004_capacity.sql); pass.ts decodes
+    // the rows and decides the grants (and the budgets' new levels) between them.
+    pass: `SELECT * FROM ${s}.concurrency_pass_v4($1::text, $2::text, $3::uuid[], $4::text[], $5::float8[],
+      $6::text[], $7::float8[], $8::float8[], $9::uuid[], $10::uuid[], $11::uuid[], $12::float8, $13::int,
+      $14::float8)`,
+    grant: `SELECT * FROM ${s}.concurrency_grant_v4($1::text, $2::uuid[], $3::text[], $4::text[], $5::boolean[],
+      $6::float8[], $7::uuid[], $8::float8, $9::float8, $10::text, $11::float8[], $12::float8[], $13::jsonb, $14::float8)`,
+
+    // The capacity as stored, and the database's time, for stats().
+    capacity: `SELECT capacity::text AS capacity, (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms
+      FROM ${s}.concurrency_limiters WHERE name = $1::text`,
 
     // Takes offered slots for waiters of this process: the lease gets its full TTL.
     claim: `UPDATE ${s}.concurrency_leases

@@ -12,6 +12,7 @@ const versions = [
   { version: 1, file: '001_concurrency.sql' },
   { version: 2, file: '002_named_pass_columns.sql' },
   { version: 3, file: '003_fair_keys.sql' },
+  { version: 4, file: '004_capacity.sql' },
 ] as const;
 
 /** The version this code needs. */

@@ -3,7 +3,7 @@
  * shares a limiter name must agree on them; allocation always uses the stored ones, so
  * workers never apply two sets of rules at once. Pure: no SQL here.
  */
-import type { AllocationLimits, ResolvedLimits } from 'sluice/concurrency';
+import type { AllocationLimits, BudgetFigures, CapacityLimits, ResolvedLimits } from 'sluice/concurrency';
 
 export interface StoredLimits {
   readonly maxConcurrent: number;
@@ -11,6 +11,10 @@ export interface StoredLimits {
   readonly leaseTtlMs: number;
   readonly defaultWorkload: string | null;
   readonly workloads: readonly StoredWorkload[];
+  /** The budgets' figures by budget name; absent (limits stored before budgets) or null: none. */
+  readonly rate?: BudgetFigures | null;
+  /** The adaptive limit's settings; absent or null: a fixed limit. */
+  readonly adaptive?: { readonly minConcurrent: number } | null;
 }
 
 export interface StoredWorkload {
@@ -21,7 +25,7 @@ export interface StoredWorkload {
   readonly maxWaitMs: number | null;
 }
 
-/** The stored form of resolved limits (JSON has no `undefined`: absent values are `null`). */
+/** The stored form of resolved limits (JSON has no `undefined`: absent values are `null`, absent `rate` and `adaptive` are left out). */
 export function storedForm(limits: ResolvedLimits<string>): StoredLimits {
   return {
     maxConcurrent: limits.maxConcurrent,
@@ -35,6 +39,9 @@ export function storedForm(limits: ResolvedLimits<string>): StoredLimits {
       priority: w.priority,
       maxWaitMs: w.maxWaitMs ?? null,
     })),
+    // Only when set: the limits of a limiter without them are stored as before budgets.
+    ...(limits.rate !== undefined && { rate: limits.rate }),
+    ...(limits.adaptive !== undefined && { adaptive: limits.adaptive }),
   };
 }
 
@@ -46,6 +53,10 @@ export function differences(mine: StoredLimits, stored: StoredLimits): string[] 
   const out: string[] = [];
   for (const key of ['maxConcurrent', 'maxQueued', 'leaseTtlMs', 'defaultWorkload'] as const) {
     if (mine[key] !== stored[key]) out.push(`${key} ${mine[key]} here, ${stored[key]} stored`);
+  }
+  for (const key of ['rate', 'adaptive'] as const) {
+    const show = (l: StoredLimits) => JSON.stringify(l[key] ?? null);
+    if (show(mine) !== show(stored)) out.push(`${key} ${show(mine)} here, ${show(stored)} stored`);
   }
   const names = (l: StoredLimits) => l.workloads.map((w) => w.name).join(', ');
   if (names(mine) !== names(stored)) {
@@ -65,11 +76,13 @@ export function differences(mine: StoredLimits, stored: StoredLimits): string[] 
  * What `allocate` reads, from stored limits. `sharedSlots` is computed as
  * `resolveLimiterOptions` computes it: `maxConcurrent` minus every reservation.
  */
-export function allocationLimits(stored: StoredLimits): AllocationLimits {
+export function allocationLimits(stored: StoredLimits): AllocationLimits & CapacityLimits {
   const reserved = stored.workloads.reduce((sum, w) => sum + w.reserved, 0);
   return {
     maxConcurrent: stored.maxConcurrent,
     sharedSlots: stored.maxConcurrent - reserved,
     workloads: stored.workloads,
+    rate: stored.rate ?? undefined,
+    adaptive: stored.adaptive ?? undefined,
   };
 }

@@ -1,5 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import type { AcquireRequest, Clock, ClockTimer, ConcurrencyLease, LimiterErrors } from 'sluice/concurrency';
+import type {
+  AcquireRequest,
+  Clock,
+  ClockTimer,
+  ConcurrencyLease,
+  LimiterErrors,
+  TokenCost,
+} from 'sluice/concurrency';
 import type { LeaseRow } from './queries.js';
 
 /**
@@ -22,6 +29,8 @@ export interface LocalWaiter {
   readonly startedAt: number;
   /** The wait allowed: the smaller of maxWaitMs and the caller's budget. */
   readonly timeoutMs: number | undefined;
+  /** Its token estimate, charged to the budgets at the grant. */
+  readonly tokens: TokenCost;
   state: 'starting' | 'waiting' | 'claiming' | 'leaving' | 'done';
   /** The enqueue pass in flight; leaving waits for it, so no queue entry is left behind. */
   enqueued: Promise<unknown> | undefined;
@@ -80,6 +89,7 @@ export class LocalWaiters {
     workload: string,
     key: string,
     timeoutMs: number | undefined,
+    tokens: TokenCost = { input: 0, output: 0 },
   ): { waiter: LocalWaiter; promise: Promise<ConcurrencyLease<string>> } {
     let resolve!: (lease: ConcurrencyLease<string>) => void;
     let reject!: (error: unknown) => void;
@@ -88,6 +98,7 @@ export class LocalWaiters {
       id: randomUUID(),
       workload,
       key,
+      tokens,
       request,
       startedAt: this.clock.now(),
       timeoutMs,

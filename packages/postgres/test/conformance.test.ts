@@ -16,6 +16,7 @@ describe.runIf(postgresConfig)('conformance: PostgreSQL limiter on node-postgres
   for (const c of concurrencyConformanceCases({
     createLimiter: (options) => createPostgresConcurrencyLimiter({ ...options, db: pool, schema }),
     disposeLimiter: (limiter) => (limiter as PostgresConcurrencyLimiter<string>).close(),
+    budgets: true,
   })) {
     it(c.name, () => c.run());
   }
@@ -31,6 +32,7 @@ describe('conformance: PostgreSQL limiter on PGlite', () => {
   for (const c of concurrencyConformanceCases({
     createLimiter: (options) => createPostgresConcurrencyLimiter({ ...options, db }),
     disposeLimiter: (limiter) => (limiter as PostgresConcurrencyLimiter<string>).close(),
+    budgets: true,
   })) {
     it(c.name, () => c.run());
   }

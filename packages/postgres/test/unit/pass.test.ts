@@ -25,11 +25,15 @@ const empty: PassRow = {
   acquired_at: null,
   expires_at: null,
   tag: null,
+  tokens_in: null,
+  tokens_out: null,
+  now_ms: null,
 };
 const row = (fields: Partial<PassRow>): PassRow => ({ ...empty, ...fields });
 const limitsRow = row({ kind: 'limits', limits_json: JSON.stringify(stored) });
+const capacityRow = row({ kind: 'capacity', fence: 0, now_ms: 1_700_000_000_000 });
 const head = (workload: string, seq: number, owner = 'me', tag = 0) =>
-  row({ kind: 'head', workload, seq, waiter_id: `w${seq}`, owner, tag });
+  row({ kind: 'head', workload, seq, waiter_id: `w${seq}`, owner, tag, tokens_in: 0, tokens_out: 0 });
 
 describe('decoding a pass', () => {
   it('decodes each kind of row into its own shape', () => {
@@ -49,7 +53,7 @@ describe('decoding a pass', () => {
     });
     expect(decodePassRow(head('bulk', 7, 'other'))).toEqual({
       kind: 'head',
-      head: { seq: 7, tag: 0, id: 'w7', owner: 'other', workload: 'bulk' },
+      head: { seq: 7, tag: 0, id: 'w7', owner: 'other', workload: 'bulk', tokens: { input: 0, output: 0 } },
     });
     expect(
       decodePassRow(
@@ -82,10 +86,10 @@ describe('decoding a pass', () => {
 
   it('refuses a row of an unknown kind, or without a column its kind needs', () => {
     expect(() => decodePassRow(row({ kind: 'lease' }))).toThrow(
-      'concurrency_pass_v3 returned a row of unknown kind `lease`',
+      'concurrency_pass_v4 returned a row of unknown kind `lease`',
     );
     expect(() => decodePassRow(row({ kind: 'head', workload: 'vip', seq: 1, owner: 'me' }))).toThrow(
-      'concurrency_pass_v3 returned a `head` row without `waiter_id`',
+      'concurrency_pass_v4 returned a `head` row without `waiter_id`',
     );
     expect(() => decodePassRow(row({ kind: 'active', workload: 'vip' }))).toThrow('without `count`');
   });
@@ -94,6 +98,7 @@ describe('decoding a pass', () => {
     const state = decodePass([
       row({ kind: 'present', waiter_id: 'w9' }),
       limitsRow,
+      capacityRow,
       row({ kind: 'active', workload: 'bulk', count: 2 }),
       row({ kind: 'active', workload: 'gone', count: 5 }),
       row({ kind: 'queued', workload: 'vip', count: 1 }),
@@ -115,6 +120,7 @@ describe('decoding a pass', () => {
   it('orders the heads of a workload by start tag, then arrival (fair queuing by key)', () => {
     const state = decodePass([
       limitsRow,
+      capacityRow,
       head('bulk', 2, 'me', 5),
       head('bulk', 9, 'me', 4),
       head('bulk', 3, 'me', 4),
@@ -173,6 +179,7 @@ describe('deciding the new entries of a pass', () => {
   it('plans a pass with the shared rules: priority first, reservations kept, ceilings held', () => {
     const state = decodePass([
       limitsRow,
+      capacityRow,
       row({ kind: 'active', workload: 'bulk', count: 1 }),
       row({ kind: 'queued', workload: 'vip', count: 1 }),
       row({ kind: 'queued', workload: 'bulk', count: 3 }),

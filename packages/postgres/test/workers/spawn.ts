@@ -12,14 +12,18 @@ export type Worker = ChildProcess & {
 
 /**
  * Starts a TypeScript worker in its own Node process, on the workspace sources. `script` is a
- * URL, or a path relative to this folder.
+ * URL, or a path relative to this folder. With `stdin`, the test can write lines to it.
  */
-export function spawnWorker(script: string | URL, env: Record<string, string>): Worker {
+export function spawnWorker(
+  script: string | URL,
+  env: Record<string, string>,
+  options: { stdin?: boolean } = {},
+): Worker {
   const path = fileURLToPath(typeof script === 'string' ? new URL(script, import.meta.url) : script);
   const child = spawn(process.execPath, ['--conditions=@sluice/source', '--import', 'tsx', path], {
     cwd: root,
     env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: [options.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
   });
   let out = '';
   let err = '';

@@ -133,12 +133,16 @@ export function capacityConformanceCases(shortWaitMs: number): CapacityCase[] {
         await expectNone(limiter, {}, 'paused for 30 s');
         const stats = await limiter.stats?.();
         if (stats) assert.equal(stats.active, 0);
-        // A short pause ends by itself.
-        const other = await make({ maxConcurrent: 4, rate: { tokensPerMinute: 1_000 } });
-        await other.release(await other.acquire({ timeoutMs: LONG }), {
+      },
+    },
+    {
+      name: 'a short pause ends by itself',
+      run: async (make) => {
+        const limiter = await make({ maxConcurrent: 4, rate: { tokensPerMinute: 1_000 } });
+        await limiter.release(await limiter.acquire({ timeoutMs: LONG }), {
           provider: { status: 503, retryAfterMs: 200 },
         });
-        await other.release(await other.acquire({ timeoutMs: LONG }));
+        await limiter.release(await limiter.acquire({ timeoutMs: LONG }));
       },
     },
     {

@@ -63,9 +63,10 @@ export type {
 } from './allocate.js';
 export { effectiveLimits } from './allocate.js';
 export type { AllocationCapacity } from './allocate.js';
-export { budgetStats, levelAt } from './budgets.js';
+export { BUDGET_NAMES, budgetStats, levelAt } from './budgets.js';
 export type { BucketLevel, BucketLevels, BudgetFigures, TokenCost } from './budgets.js';
 export {
+  capacityAt,
   DEFAULT_PAUSE_MS,
   initialCapacity,
   MAX_PAUSE_MS,
