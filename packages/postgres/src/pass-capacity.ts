@@ -23,9 +23,8 @@ const finite = (value: unknown): value is number => typeof value === 'number' &&
 
 /**
  * The stored capacity, brought to `nowMs`. NULL (never written) or anything that is not a
- * well-formed state is the initial one (budgets full, no pause, the limit at maxConcurrent):
- * a damaged row must not wedge the limiter. The adaptive limit is kept within its bounds, so
- * limits replaced with `onConflict: 'replace'` take effect at once.
+ * well-formed state is the initial one (budgets full, no pause, the limit at maxConcurrent),
+ * field by field: a damaged row must not wedge the limiter.
  */
 export function parseCapacity(
   limits: AllocationLimits & CapacityLimits,
@@ -50,9 +49,13 @@ export function parseCapacity(
     }
   }
   const adaptive = limits.adaptive;
+  // A limit outside the bounds (a damaged row, or limits replaced since) starts over at the top.
   const limit =
-    adaptive !== undefined && finite(state.limit)
-      ? Math.min(limits.maxConcurrent, Math.max(adaptive.minConcurrent, Math.round(state.limit)))
+    adaptive !== undefined &&
+    Number.isSafeInteger(state.limit) &&
+    (state.limit as number) >= adaptive.minConcurrent &&
+    (state.limit as number) <= limits.maxConcurrent
+      ? (state.limit as number)
       : initial.limit;
   const parsed: CapacityState = {
     buckets: buckets as BucketLevels,

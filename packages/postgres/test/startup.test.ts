@@ -176,13 +176,15 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: schema versions', () => {
       createPostgresConcurrencyLimiter({ db, schema, name: 'old', maxConcurrent: 1, listen: false }),
     );
     await Promise.all(workers.map((w) => w.ready()));
-    expect(await versions(schema)).toEqual([1, 2, 3]);
+    expect(await versions(schema)).toEqual([1, 2, 3, 4]);
     // The earlier releases' pass functions stay for their workers until they are all replaced.
     expect(await functions(schema)).toEqual([
       'concurrency_grant',
+      'concurrency_grant_v4',
       'concurrency_pass',
       'concurrency_pass_v2',
       'concurrency_pass_v3',
+      'concurrency_pass_v4',
     ]);
     // The old worker's slot still counts.
     const [first] = workers;
@@ -198,6 +200,6 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: schema versions', () => {
     const schema = uniqueSchema('twice');
     await pool.query(postgresConcurrencySchemaSql({ schema }));
     await pool.query(postgresConcurrencySchemaSql({ schema }));
-    expect(await versions(schema)).toEqual([1, 2, 3]);
+    expect(await versions(schema)).toEqual([1, 2, 3, 4]);
   });
 });

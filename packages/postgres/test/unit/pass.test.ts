@@ -201,3 +201,89 @@ describe('deciding the new entries of a pass', () => {
     expect(plan.dropped).toEqual([]);
   });
 });
+
+describe('a pass with budgets, the pause and the adaptive limit', () => {
+  const rated = storedForm(
+    resolveLimiterOptions({ maxConcurrent: 4, rate: { tokensPerMinute: 6_000 }, adaptive: true }),
+  );
+  const now = 1_700_000_000_000;
+  const passOf = (capacity: object | null, rows: PassRow[]) =>
+    decodePass([
+      row({ kind: 'limits', limits_json: JSON.stringify(rated) }),
+      row({
+        kind: 'capacity',
+        limits_json: capacity === null ? null : JSON.stringify(capacity),
+        fence: 50,
+        now_ms: now,
+      }),
+      ...rows,
+    ])!;
+  const tokenHead = (seq: number, input: number) =>
+    row({
+      kind: 'head',
+      workload: 'default',
+      seq,
+      waiter_id: `w${seq}`,
+      owner: 'me',
+      tag: 0,
+      tokens_in: input,
+      tokens_out: 0,
+    });
+
+  it('grants what fits the stored bucket, holds the rest back, stores the new level and says when to look again', () => {
+    const state = passOf({ buckets: { tokens: { level: 1_000, at: now - 6_000 } } }, [
+      row({ kind: 'queued', workload: 'default', count: 3 }),
+      tokenHead(1, 1_200),
+      tokenHead(2, 900),
+      tokenHead(3, 10),
+    ]);
+    // 1,000 then, plus 6 s of refill (600): 1,600 now.
+    const plan = planPass(state, []);
+    expect(plan.grants.map((g) => g.id)).toEqual(['w1']);
+    expect(JSON.parse(plan.capacity!).buckets.tokens).toEqual({ level: 400, at: now });
+    // w2 needs 500 more: 5 s at 100 a second. w3 would fit, but arrived after w2.
+    expect(plan.wakeAt).toBe(now + 5_000);
+  });
+
+  it('a release that reports a 429 pauses the same pass: the freed slot goes to nobody', () => {
+    const state = passOf(null, [
+      row({ kind: 'released', lease_id: 'l1', fence: 49, tokens_in: 100, tokens_out: 0 }),
+      row({ kind: 'queued', workload: 'default', count: 1 }),
+      tokenHead(1, 10),
+    ]);
+    const plan = planPass(
+      state,
+      [],
+      [
+        {
+          leaseId: 'l1',
+          fence: 49,
+          details: { usage: { input: 40 }, provider: { status: 429, retryAfterMs: 2_000 } },
+        },
+      ],
+    );
+    expect(plan.grants).toEqual([]);
+    expect(plan.releases.get('l1')).toEqual({
+      throttled: { status: 429, retryAfterMs: 2_000 },
+      limitChanged: { from: 4, to: 3, reason: 'overload' },
+    });
+    const stored = JSON.parse(plan.capacity!);
+    expect(stored).toMatchObject({ pausedUntil: now + 2_000, limit: 3, ignoreUpTo: 50 });
+    // The 60 tokens the usage left of the estimate came back (a full bucket stays full).
+    expect(stored.buckets.tokens.level).toBe(6_000);
+    expect(plan.wakeAt).toBe(now + 2_000);
+  });
+
+  it('without budgets or pause a pass writes nothing', () => {
+    const state = decodePass([
+      limitsRow,
+      capacityRow,
+      row({ kind: 'queued', workload: 'vip', count: 1 }),
+      head('vip', 1),
+    ])!;
+    const plan = planPass(state, []);
+    expect(plan.grants.map((g) => g.id)).toEqual(['w1']);
+    expect(plan.capacity).toBeUndefined();
+    expect(plan.wakeAt).toBeUndefined();
+  });
+});
