@@ -37,6 +37,8 @@ import type { ServerSettings } from './settings.js';
 import type { Store } from './store/store.js';
 import { onRequestCheck } from './http/hooks.js';
 import { appClock } from './clock.js';
+import { tuning } from './tuning.js';
+import { MAX_TIMER_MS } from './units.js';
 
 export interface ServerApp {
   readonly fastify: FastifyInstance;
@@ -100,7 +102,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     // a body is cut off. Held responses are not bounded by it.
     requestTimeout: settings.requestTimeoutMs,
     // An idle socket is closed after this; a held call stays under it.
-    connectionTimeout: Math.min(settings.syncTimeoutMs + 60_000, 2 ** 31 - 1),
+    connectionTimeout: Math.min(settings.syncTimeoutMs + tuning.heldSocketSlackMs, MAX_TIMER_MS),
     routerOptions: { maxParamLength: 500 },
     // request.ip: the socket's address, or that many proxies back in X-Forwarded-For.
     trustProxy:

@@ -28,6 +28,10 @@ export const tuning = Object.freeze({
   keepTicksMs: 7 * 24 * HOUR,
   /** How often nodes that stopped heartbeating long ago are removed from the node table. */
   pruneNodesEveryMs: 1 * HOUR,
+  /** A session idle inside a transaction this long is ended by PostgreSQL: a stuck client frees its locks. */
+  idleInTransactionMs: 1 * MINUTE,
+  /** An idle socket is closed after the longest held call plus this. */
+  heldSocketSlackMs: 1 * MINUTE,
   /** A server started beside its database (compose, a pod) keeps trying to reach it this long. */
   storeConnectGiveUpMs: 1 * MINUTE,
 });

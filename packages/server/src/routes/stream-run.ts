@@ -2,11 +2,12 @@ import type { ServerResponse } from 'node:http';
 import type { FastifyReply } from 'fastify';
 import type { ToolEvent } from 'sluice';
 import { systemClock } from 'sluice/concurrency';
+import { settingDefaults } from '../settings.js';
 import type { Executor } from '../runs/executor.js';
 import { getRun, toApiRun, type RunRow } from '../runs/store.js';
 
 /** How often an idle stream sends a comment line, so proxies and clients keep it open. */
-export const STREAM_KEEP_ALIVE_MS = 15_000;
+export const STREAM_KEEP_ALIVE_MS = settingDefaults.streamKeepAliveMs;
 
 /**
  * A Server-Sent Events response: `event: <name>` and `data: <json>` blocks, comment lines while

@@ -15,6 +15,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { systemClock } from 'sluice/concurrency';
+import { settingDefaults } from '../settings.js';
 import { tuning } from '../tuning.js';
 import { splitSqlStatements, toDatabase, type Database } from '@sluice/postgres/database';
 
@@ -53,7 +54,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
 }
 
 async function openPostgres(url: string, options: StoreOptions): Promise<Store> {
-  const statementTimeout = options.statementTimeoutMs ?? 15_000;
+  const statementTimeout = options.statementTimeoutMs ?? settingDefaults.statementTimeoutMs;
   const pool = new pg.Pool({
     connectionString: url,
     max: options.poolSize ?? 20,
@@ -63,7 +64,7 @@ async function openPostgres(url: string, options: StoreOptions): Promise<Store> 
     // Lock waits (the tenant admission lock above all) are bounded too: a stuck holder makes
     // callers fail with 503 instead of queueing behind it forever.
     lock_timeout: statementTimeout,
-    idle_in_transaction_session_timeout: 60_000,
+    idle_in_transaction_session_timeout: tuning.idleInTransactionMs,
   });
   // An idle connection that the server ends (restart, pg_terminate_backend, a proxy's reaper)
   // is emitted here; with no listener Node would end the process.
