@@ -1,8 +1,12 @@
 import type { Database, SqlClient } from '@sluice/postgres/database';
-import { lockThread, threadHeld } from '../threads/store.js';
+import { settingDefaults } from '../settings.js';
+import { lockThread, threadHeld, threadLeaseMs as leaseFor } from '../threads/store.js';
 import { hasRoom } from './caps.js';
 import { startRun } from './lifecycle.js';
 import type { RunRow } from './store.js';
+
+/** The thread lease a claim takes when its caller names none: the settings' default. */
+const defaultThreadLeaseMs = leaseFor(settingDefaults);
 
 /**
  * How queue workers take their next run. SKIP LOCKED keeps workers of every process apart. A
@@ -54,7 +58,7 @@ async function start(
 export async function claimDefaultRun(
   db: Database,
   worker: string,
-  threadLeaseMs = 60_000,
+  threadLeaseMs = defaultThreadLeaseMs,
 ): Promise<RunRow | undefined> {
   const busyThreads: string[] = [];
   for (;;) {
@@ -84,7 +88,7 @@ export async function claimDeferredRun(
   db: Database,
   worker: string,
   maxRunningPerTenant: number,
-  threadLeaseMs = 60_000,
+  threadLeaseMs = defaultThreadLeaseMs,
 ): Promise<RunRow | undefined> {
   // Tenants at their cap, counted once per claim (running deferred runs are few: at most the
   // workers of all processes). Another claimer can fill a tenant meanwhile; the count under the
