@@ -63,6 +63,7 @@ export function parseCapacity(
     limit,
     successes: adaptive !== undefined && finite(state.successes) ? state.successes : 0,
     ignoreUpTo: finite(state.ignoreUpTo) ? state.ignoreUpTo : 0,
+    refusedAt: adaptive !== undefined && finite(state.refusedAt) ? state.refusedAt : undefined,
   };
   return capacityAt(limits, parsed, nowMs);
 }

@@ -18,7 +18,8 @@
  *   stops the upward creep of Netflix concurrency-limits#134/#137, where a limit grew under a
  *   steady load that never tested it. Nor do releases of requests granted before the latest
  *   decrease: they ran under the old limit, so the first probe above a lowered limit waits
- *   for a full window of requests sent under it (halving the 429s at a small capacity).
+ *   for a full window of requests sent under it. And the step back up to a limit the
+ *   provider refused takes {@link RETRY_WINDOWS} windows, not one.
  * - one decrease per burst, no cooldown timer: an overload answer to a request granted before
  *   the latest decrease is ignored (it was sent under the old limit; cutting again for it
  *   would count one burst many times, the halving-to-the-floor of concurrency-limits#72). A
@@ -33,6 +34,16 @@
 /** Multiplicative decrease on a provider overload answer (see the header). */
 export const DECREASE_FACTOR = 0.9;
 
+/**
+ * How many windows of successes it takes to step back up to a limit the provider refused
+ * (see {@link AdaptiveState.refusedAt}). Trying a refused limit again costs a 429 and a pause
+ * of every caller; under a steady overload at capacity C, one window per step made about one
+ * answer in ten a 429 at C = 5 (the no-creep test of adaptive.test.ts). Ten windows of
+ * evidence before the retry bound it at about one 429 per 10 C successful requests, while a
+ * limit the provider never refused still climbs at the full rate.
+ */
+export const RETRY_WINDOWS = 10;
+
 /** The limit after an overload answer: a tenth less, at least 1 less, never below `min`. */
 export function decreased(limit: number, min: number): number {
   return Math.max(min, Math.min(limit - 1, Math.floor(limit * DECREASE_FACTOR)));
@@ -46,6 +57,11 @@ export interface AdaptiveState {
   readonly successes: number;
   /** Overload answers to grants numbered up to this are ignored (see the header). */
   readonly ignoreUpTo: number;
+  /**
+   * The lowest limit the provider refused since the limit last climbed past it: stepping up
+   * to it takes {@link RETRY_WINDOWS} windows of successes. Absent: none refused.
+   */
+  readonly refusedAt?: number | undefined;
 }
 
 export interface AdaptiveBounds {
@@ -69,7 +85,7 @@ export interface AdaptiveStep {
  *
  * @example
  * adapt({ limit: 10, successes: 0, ignoreUpTo: 0 }, { min: 1, max: 16 }, { kind: 'overload', grant: 7, newestGrant: 12 })
- * // => { state: { limit: 9, successes: 0, ignoreUpTo: 12 }, changed: { from: 10, to: 9, reason: 'overload' } }
+ * // => { state: { limit: 9, successes: 0, ignoreUpTo: 12, refusedAt: 10 }, changed: { from: 10, to: 9, reason: 'overload' } }
  */
 export function adapt(state: AdaptiveState, bounds: AdaptiveBounds, signal: AdaptiveSignal): AdaptiveStep {
   switch (signal.kind) {
@@ -77,7 +93,8 @@ export function adapt(state: AdaptiveState, bounds: AdaptiveBounds, signal: Adap
       // An unknown grant (a lease that had already expired) cannot be placed: ignored.
       if (signal.grant === undefined || signal.grant <= state.ignoreUpTo) return { state };
       const to = decreased(state.limit, bounds.min);
-      const next = { limit: to, successes: 0, ignoreUpTo: signal.newestGrant };
+      const refusedAt = Math.min(state.limit, state.refusedAt ?? Infinity);
+      const next = { limit: to, successes: 0, ignoreUpTo: signal.newestGrant, refusedAt };
       return to === state.limit
         ? { state: next }
         : { state: next, changed: { from: state.limit, to, reason: 'overload' } };
@@ -87,10 +104,13 @@ export function adapt(state: AdaptiveState, bounds: AdaptiveBounds, signal: Adap
       // Sent before the latest decrease: it says nothing about the lowered limit.
       if (signal.grant === undefined || signal.grant <= state.ignoreUpTo) return { state };
       const successes = state.successes + 1;
-      if (successes < state.limit) return { state: { ...state, successes } };
       const to = state.limit + 1;
+      const windows = state.refusedAt !== undefined && to >= state.refusedAt ? RETRY_WINDOWS : 1;
+      if (successes < state.limit * windows) return { state: { ...state, successes } };
+      // Past the refused limit without a refusal: the provider's capacity has grown.
+      const refusedAt = state.refusedAt !== undefined && to > state.refusedAt ? undefined : state.refusedAt;
       return {
-        state: { ...state, limit: to, successes: 0 },
+        state: { ...state, limit: to, successes: 0, refusedAt },
         changed: { from: state.limit, to, reason: 'increase' },
       };
     }
