@@ -1,6 +1,6 @@
 /**
- * Conformance cases of budgets, settling and the provider's pause (DESIGN.md part 3). They
- * run only when the suite is told the limiter under test supports `rate`
+ * Conformance cases of budgets, settling, the provider's pause and the adaptive limit
+ * (DESIGN.md part 3). They run only when the suite is told the limiter under test supports them
  * (`ConformanceOptions.budgets`): a limiter of your own without budgets still conforms.
  *
  * Real time: every budget is small enough that its refill within a case is a few tokens, so
@@ -143,6 +143,22 @@ export function capacityConformanceCases(shortWaitMs: number): CapacityCase[] {
           provider: { status: 503, retryAfterMs: 200 },
         });
         await limiter.release(await limiter.acquire({ timeoutMs: LONG }));
+      },
+    },
+    {
+      name: 'a burst of overload answers lowers the adaptive limit once, and the lowered limit holds',
+      run: async (make) => {
+        const limiter = await make({ maxConcurrent: 4, adaptive: true });
+        const leases = await Promise.all([1, 2, 3, 4].map(() => limiter.acquire({ timeoutMs: LONG })));
+        for (const lease of leases) {
+          await limiter.release(lease, { provider: { status: 429, retryAfterMs: 1 } });
+        }
+        const stats = await limiter.stats?.();
+        if (stats)
+          assert.equal(stats.limit, 3, 'four answers to grants made before the decrease: one decrease');
+        const held = await Promise.all([1, 2, 3].map(() => limiter.acquire({ timeoutMs: LONG })));
+        await expectNone(limiter, {}, 'the limit is 3');
+        for (const lease of held) await limiter.release(lease);
       },
     },
     {

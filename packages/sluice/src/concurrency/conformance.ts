@@ -29,9 +29,10 @@ export interface ConformanceOptions {
    */
   shortWaitMs?: number;
   /**
-   * Whether the limiter under test supports budgets and provider feedback (`rate`, usage and
-   * `provider` at release): adds the cases of DESIGN.md part 3. Leave it off for a limiter
-   * without them; it must still accept (and may ignore) the second argument of `release`.
+   * Whether the limiter under test supports budgets, provider feedback and the adaptive
+   * limit (`rate`, `adaptive`, usage and `provider` at release): adds the cases of DESIGN.md
+   * part 3. Leave it off for a limiter without them; it must still accept (and may ignore)
+   * the second argument of `release`.
    * @default false
    */
   budgets?: boolean;

@@ -163,7 +163,7 @@ describe('conformance suite catches broken limiters', () => {
       shortWaitMs: 60,
     });
     const failed: string[] = [];
-    for (const c of cases.filter((c) => /budget|429|remaining|usage|whole budget/.test(c.name))) {
+    for (const c of cases.filter((c) => /budget|429|remaining|usage|whole budget|adaptive/.test(c.name))) {
       await c.run().catch(() => failed.push(c.name));
     }
     expect(failed).toEqual([
@@ -172,6 +172,7 @@ describe('conformance suite catches broken limiters', () => {
       'release with usage refunds what the estimate left over; without usage the estimate stays',
       'a request waiting for a budget holds back the requests after it, until it leaves',
       'a provider 429 pauses every new grant until its retry time',
+      'a burst of overload answers lowers the adaptive limit once, and the lowered limit holds',
       'a provider remaining below the bucket lowers it',
     ]);
   }, 60_000);
