@@ -49,7 +49,10 @@
  * Budgets, the pause and the effective limit (DESIGN.md part 3; the arithmetic: budgets.ts):
  * - while the provider's pause lasts (`now < pausedUntil`) nobody is granted;
  * - the adaptive limit takes the place of `maxConcurrent`, and the shared slots shrink with
- *   it: reservations stay whole and strict inside the effective limit;
+ *   it: reservations stay whole and strict inside the effective limit. A cut can leave more
+ *   shared slots held than the lowered limit has; they drain as they are released, and a
+ *   workload's reserved slots stay free for it meanwhile (bounded by `maxConcurrent`, not by
+ *   the lowered limit, which the shared slots held over from before the cut fill);
  * - a grant needs a slot and room in every budget, and takes its cost from each.
  *
  * A head that does not fit a budget yet ("blocked"): the heads are taken in the order above
@@ -269,12 +272,14 @@ export function allocate<E extends WaitingEntry>(input: AllocationInput<E>): All
     }
   };
 
-  while (total < limits.maxConcurrent) {
+  // A reserved slot may be granted past a lowered limit (see above): not `total < limit`.
+  const ceiling = input.limits.maxConcurrent;
+  for (;;) {
     let best = -1;
     let bestEntry: E | undefined;
     for (let i = 0; i < workloads.length; i++) {
       const w = workloads[i]!;
-      if (closed[i] || !canTake(limits, active, i, total, sharedUsed)) continue;
+      if (closed[i] || !canTake(limits, active, i, total, sharedUsed, ceiling)) continue;
       const head = headOf(i);
       if (head === undefined) continue;
       if (
@@ -334,8 +339,9 @@ function usageOf(limits: AllocationLimits, active: readonly number[]): { total: 
 }
 
 /**
- * The one statement of "room": workload `i` may take a slot when the limiter and the workload
- * are under their ceilings, and the slot is one of its reserved ones or a free shared one.
+ * The one statement of "room": workload `i` may take a slot when the workload is under its
+ * ceiling and the slot is one of its reserved ones (under `ceiling`, the configured
+ * `maxConcurrent`) or a free shared one (under the effective limit, `limits.maxConcurrent`).
  */
 function canTake(
   limits: AllocationLimits,
@@ -343,16 +349,25 @@ function canTake(
   i: number,
   total: number,
   sharedUsed: number,
+  ceiling: number,
 ): boolean {
   const w = limits.workloads[i]!;
   const n = active[i] ?? 0;
-  return (
-    total < limits.maxConcurrent && n < w.maxConcurrent && (n < w.reserved || sharedUsed < limits.sharedSlots)
-  );
+  if (n >= w.maxConcurrent) return false;
+  if (n < w.reserved) return total < ceiling;
+  return total < limits.maxConcurrent && sharedUsed < limits.sharedSlots;
 }
 
-/** Whether workload `index` could take one more slot given the slots in use. */
-export function hasRoom(limits: AllocationLimits, active: readonly number[], index: number): boolean {
+/**
+ * Whether workload `index` could take one more slot given the slots in use. `ceiling`: the
+ * configured `maxConcurrent` when `limits` are {@link effectiveLimits}.
+ */
+export function hasRoom(
+  limits: AllocationLimits,
+  active: readonly number[],
+  index: number,
+  ceiling = limits.maxConcurrent,
+): boolean {
   const { total, sharedUsed } = usageOf(limits, active);
-  return canTake(limits, active, index, total, sharedUsed);
+  return canTake(limits, active, index, total, sharedUsed, ceiling);
 }

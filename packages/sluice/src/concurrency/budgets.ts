@@ -125,8 +125,10 @@ export function waitToFit(
     if (cost > figure + FIT_EPSILON) return Infinity;
     // The first whole millisecond at which it fits, by the same test as at the grant (the
     // estimate alone can be one off either way in floating point).
+    // Divided before multiplied: `short * 60_000` overflows to Infinity for figures near
+    // Number.MAX_VALUE, and the search below would then never end. `short / figure` is at most 2.
     const short = cost - levelAt(figure, bucket, now);
-    let ms = Math.max(1, Math.ceil((short * MS_PER_MINUTE) / figure));
+    let ms = Math.max(1, Math.ceil((short / figure) * MS_PER_MINUTE));
     while (ms > 1 && fitsAfter(ms - 1)) ms--;
     while (!fitsAfter(ms)) ms++;
     wait = Math.max(wait, ms);

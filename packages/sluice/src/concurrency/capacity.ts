@@ -22,7 +22,7 @@ import {
   type BudgetFigures,
   type TokenCost,
 } from './budgets.js';
-import type { ProviderFeedback, RateLimitWindow, ReleaseDetails } from './capacity-types.js';
+import type { ProviderFeedback, RateLimitWindow, ReleaseDetails, TokenCounts } from './capacity-types.js';
 import { SECOND, MINUTE } from './clock.js';
 
 /** Everything a limiter keeps of its capacity. */
@@ -112,10 +112,11 @@ export function settleRelease(
   const figures = limits.rate ?? {};
   const { now, details } = facts;
   let buckets = state.buckets;
-  if (facts.charged !== undefined && details?.usage !== undefined) {
+  const usage = usageOf(details);
+  if (facts.charged !== undefined && usage !== undefined) {
     const used: TokenCost = {
-      input: tokenCount(details.usage.input) ?? facts.charged.input,
-      output: tokenCount(details.usage.output) ?? facts.charged.output,
+      input: tokenCount(usage.input) ?? facts.charged.input,
+      output: tokenCount(usage.output) ?? facts.charged.output,
     };
     const charged = facts.charged;
     buckets = adjust(figures, buckets, (name) => costIn(name, charged) - costIn(name, used), now);
@@ -140,6 +141,16 @@ export function settleRelease(
     ...(throttled && { throttled }),
     ...(step.changed && { limitChanged: step.changed }),
   };
+}
+
+/**
+ * The usage a release reports, when it is an object. Providers send `usage: null` (OpenAI on
+ * every stream chunk but the last), and a caller that passes it through must not make the
+ * release throw: the slot is already given back and the waiters would never hear of it.
+ */
+function usageOf(details: ReleaseDetails | undefined): TokenCounts | undefined {
+  const usage: unknown = details?.usage;
+  return typeof usage === 'object' && usage !== null ? (usage as TokenCounts) : undefined;
 }
 
 /** A token count given by a caller: a finite number >= 0, else absent. */
@@ -216,6 +227,7 @@ function adaptiveSignal(facts: ReleaseFacts, provider: ProviderFeedback | undefi
   if (status !== undefined && OVERLOAD_STATUSES.has(status)) {
     return { kind: 'overload', grant: facts.grant, newestGrant: facts.newestGrant };
   }
-  const answered = status !== undefined ? status >= 200 && status < 400 : facts.details?.usage !== undefined;
+  const answered =
+    status !== undefined ? status >= 200 && status < 400 : usageOf(facts.details) !== undefined;
   return answered ? { kind: 'success', active: facts.active, grant: facts.grant } : { kind: 'none' };
 }

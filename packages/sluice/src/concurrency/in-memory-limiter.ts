@@ -121,11 +121,17 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
     const now = this.#clock.now();
     this.#capacity = capacityAt(this.limits, this.#capacity, now);
     this.#sweep(now);
+    // The pause's end (or a refill) is due but its timer has not run yet (another callback of
+    // that moment came first): the requests that waited for it go before this one.
+    if (this.#wakeAt !== undefined && this.#wakeAt <= now) this.#drain(now);
     // Slots only: between events every grantable waiter has been granted, so a workload with
     // room has no queue of its own and nobody eligible is ahead: grant at once. With budgets
     // a workload with room may still have a head waiting for a refill; allocate decides.
     if (!this.#rated) {
-      if (now >= this.#capacity.pausedUntil && hasRoom(this.#slotLimits(), this.#active, workload.index)) {
+      if (
+        now >= this.#capacity.pausedUntil &&
+        hasRoom(this.#slotLimits(), this.#active, workload.index, this.limits.maxConcurrent)
+      ) {
         this.#queues[workload.index]!.grantNow(key);
         return Promise.resolve(this.#grant(workload.index, tokens, now));
       }
@@ -249,12 +255,15 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
   /**
    * Gives the slot back and settles it: the grant's tokens become `details.usage`, and the
    * provider's answer may pause the limiter or move the adaptive limit (capacity.ts). The
-   * answer counts even for a lease no longer held (expired): the provider said it all the same.
+   * answer counts even for a lease no longer held because it expired: the provider said it
+   * all the same. A lease not held though its time is not up was released already, and its
+   * answer counted then (a record is only swept once past the lease's `expiresAt`).
    */
   release(lease: ConcurrencyLease<W>, details?: ReleaseDetails): Promise<void> {
     const record = this.#leases.get(lease.id);
     if (record === undefined && details?.provider === undefined) return RESOLVED;
     const now = this.#clock.now();
+    if (record === undefined && lease.expiresAt > now) return RESOLVED;
     this.#capacity = capacityAt(this.limits, this.#capacity, now);
     const active = this.#active.reduce((a, b) => a + b, 0);
     if (record !== undefined) {
@@ -271,7 +280,10 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
         details,
       });
       this.#capacity = effect.state;
+      // Heard after the waiters are served: a listener that acquires queues behind them.
+      this.#drain(now);
       this.#announce(effect, lease.workload, now);
+      return RESOLVED;
     }
     this.#drain(now);
     return RESOLVED;

@@ -190,6 +190,8 @@ interface ModelRequest {
   deadline: number | undefined;
   /** Set while granted and the lease has not expired or been released. */
   leaseExpiresAt: number | undefined;
+  /** When the lease released while held would have expired: until then a release repeats it. */
+  releasedUntil?: number | undefined;
   everGranted: boolean;
   /** Its estimate, both parts present. */
   tokens: { input: number; output: number };
@@ -424,8 +426,12 @@ class Model {
         this.change(name, this.cost(name, r.tokens) - this.cost(name, usage));
       }
     }
-    // The provider's 429 pauses every grant, whoever's lease it was.
-    if (throttle !== undefined) this.pausedUntil = Math.max(this.pausedUntil, this.now + (throttle ?? 1000));
+    // The provider's 429 pauses every grant, whoever's lease it was, except when this release
+    // repeats one already made (the lease's time is not up): its answer counted then.
+    const repeated = r.leaseExpiresAt === undefined && (r.releasedUntil ?? -Infinity) > this.now;
+    if (throttle !== undefined && !repeated)
+      this.pausedUntil = Math.max(this.pausedUntil, this.now + (throttle ?? 1000));
+    if (r.leaseExpiresAt !== undefined) r.releasedUntil = r.leaseExpiresAt;
     r.leaseExpiresAt = undefined;
     this.grantAll();
   }
@@ -508,6 +514,8 @@ async function runScenario(config: Config, ops: Op[]): Promise<void> {
         const target = waiting[op.pick % waiting.length]!;
         real[target.id]!.controller!.abort(new Error('cancelled by test'));
         target.fate = 'cancelled';
+        // A head that waited for a budget held back the requests behind it: they may go now.
+        model.grantAll();
         break;
       }
       case 'advance':
