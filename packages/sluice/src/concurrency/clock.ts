@@ -20,16 +20,42 @@ export type ClockTimer = { readonly __clockTimer?: never } | object;
 export const SECOND = 1000;
 export const MINUTE = 60 * SECOND;
 
+/**
+ * The longest delay Node's `setTimeout` takes (2^31 - 1 ms, about 24.8 days). Past it Node
+ * fires after 1 ms instead: a wait of `timeoutMs: 3e9` would time out at once, and a lease
+ * sweep of a long `leaseTtlMs` would run every millisecond.
+ */
+const MAX_NODE_TIMER_MS = 2 ** 31 - 1;
+
+/** A timer longer than Node allows, run as a chain of shorter ones; `current` is the live one. */
+class ChainedTimer {
+  current: ReturnType<typeof setTimeout> | undefined;
+}
+
+function nodeTimer(callback: () => void, ms: number, background: boolean): ReturnType<typeof setTimeout> {
+  const timer = setTimeout(callback, ms);
+  if (background) timer.unref();
+  return timer;
+}
+
 /** The wall clock and Node's timers. */
 export const systemClock: Clock = {
   now: () => Date.now(),
   setTimeout(callback, ms, options) {
-    const timer = setTimeout(callback, Math.max(0, ms));
-    if (options?.background) timer.unref();
-    return timer;
+    const background = options?.background === true;
+    let left = Math.max(0, ms);
+    if (left <= MAX_NODE_TIMER_MS) return nodeTimer(callback, left, background);
+    const chain = new ChainedTimer();
+    const step = () => {
+      const part = Math.min(left, MAX_NODE_TIMER_MS);
+      left -= part;
+      chain.current = nodeTimer(left > 0 ? step : callback, part, background);
+    };
+    step();
+    return chain;
   },
   clearTimeout(timer) {
-    clearTimeout(timer as ReturnType<typeof setTimeout>);
+    clearTimeout(timer instanceof ChainedTimer ? timer.current : (timer as ReturnType<typeof setTimeout>));
   },
 };
 

@@ -206,16 +206,18 @@ export function statsOf<W extends string>(
   counts: WorkloadCounts,
   capacity?: { readonly limit: number; readonly budgets: BudgetsStats | undefined },
 ): ConcurrencyStats<W> {
-  const workloads = {} as Record<W, WorkloadStats>;
   let active = 0;
   let queued = 0;
-  for (const w of limits.workloads) {
+  const entries = limits.workloads.map((w): [W, WorkloadStats] => {
     const a = counts.active[w.index] ?? 0;
     const q = counts.queued[w.index] ?? 0;
     active += a;
     queued += q;
-    workloads[w.name] = { active: a, queued: q };
-  }
+    return [w.name, { active: a, queued: q }];
+  });
+  // Built as own properties: assigning `workloads['__proto__']` would set the prototype instead,
+  // and the workload of that name would vanish from the stats.
+  const workloads = Object.fromEntries(entries) as Record<W, WorkloadStats>;
   if (capacity === undefined) return { active, queued, workloads };
   const { limit, budgets } = capacity;
   return budgets === undefined

@@ -6,7 +6,12 @@
  */
 import { setImmediate as flush } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { ManualClock, createConcurrencyLimiter, type ConcurrencyEvent } from 'sluice/concurrency';
+import {
+  ManualClock,
+  createConcurrencyLimiter,
+  systemClock,
+  type ConcurrencyEvent,
+} from 'sluice/concurrency';
 
 function track<T>(promise: Promise<T>) {
   const state: { settled: boolean; value?: T; error?: unknown } = { settled: false };
@@ -150,5 +155,60 @@ describe('releasing twice', () => {
     await flush();
     expect(granted(next)).toBe(true);
     expect(events).toEqual(['provider-throttled', 'limit-changed']);
+  });
+});
+
+describe('names that are Object.prototype members', () => {
+  it('stats() lists workloads named __proto__ and constructor as their own entries, beside the budgets', async () => {
+    const clock = new ManualClock();
+    const limiter = createConcurrencyLimiter({
+      maxConcurrent: 4,
+      workloads: JSON.parse('{"__proto__": {"reserved": 1}, "constructor": {}}') as Record<
+        '__proto__' | 'constructor',
+        { reserved?: number }
+      >,
+      defaultWorkload: 'constructor',
+      rate: { tokensPerMinute: 100 },
+      adaptive: true,
+      clock,
+    });
+    const a = await limiter.acquire({ workload: '__proto__', key: '__proto__', tokens: { input: 10 } });
+    const b = await limiter.acquire({ key: 'constructor', tokens: { input: 10 } });
+    const stats = limiter.stats();
+    expect(Object.getPrototypeOf(stats.workloads)).toBe(Object.prototype);
+    expect(JSON.parse(JSON.stringify(stats))).toEqual({
+      active: 2,
+      queued: 0,
+      limit: 4,
+      budgets: { tokens: { available: 80, capacity: 100 } },
+      workloads: { ['__proto__']: { active: 1, queued: 0 }, constructor: { active: 1, queued: 0 } },
+    });
+    await limiter.release(a, { usage: { input: 5 } });
+    await limiter.release(b);
+    expect(limiter.stats().budgets).toEqual({ tokens: { available: 85, capacity: 100 } });
+  });
+});
+
+describe('waits longer than a Node timer', () => {
+  it('on the system clock, a wait of timeoutMs 3e9 (past 2^31 - 1 ms) does not time out at once', async () => {
+    const limiter = createConcurrencyLimiter({ maxConcurrent: 1 });
+    const held = await limiter.acquire();
+    const controller = new AbortController();
+    const waiter = track(limiter.acquire({ timeoutMs: 3_000_000_000, signal: controller.signal }));
+    // Node fires a timer past its range after 1 ms; give it many times that.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(waiter.settled).toBe(false);
+    controller.abort(new Error('done'));
+    await flush();
+    expect(waiter.error).toEqual(new Error('done'));
+    await limiter.release(held);
+  });
+
+  it('systemClock does not fire a timer set past 2^31 - 1 ms after 1 ms', async () => {
+    let fired = false;
+    const timer = systemClock.setTimeout(() => (fired = true), 2 ** 31 + 5, { background: true });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(fired).toBe(false);
+    systemClock.clearTimeout(timer);
   });
 });
