@@ -190,6 +190,17 @@ export async function freshDatabase(): Promise<string> {
   afterThisTest(async () => {
     const client = new pg.Client({ ...postgres });
     await client.connect();
+    // The test's pools have ended, but pg's end() resolves before their sockets close: FORCE
+    // would terminate those still closing, and each would report it as a pool 'error'. Give
+    // them a moment to go first (a session still there after it is terminated).
+    for (let i = 0; i < 80; i++) {
+      const { rows } = await client.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1',
+        [name],
+      );
+      if (rows[0]!.n === 0) break;
+      await new Promise((r) => setTimeout(r, 25));
+    }
     await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     await client.end();
   });

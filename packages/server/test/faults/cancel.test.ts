@@ -62,6 +62,7 @@ describe.runIf(postgres)('cancel across processes', () => {
     const held = call(a.url, 'POST', '/agents/echo/runs', { input: 'stall here' });
     await until(() => provider.inFlight === 1, 'the run at the provider');
     const pool = new pg.Pool({ connectionString: database, max: 1 });
+    pool.on('error', () => undefined); // its database is dropped after the test
     afterThisTest(() => pool.end());
     const id = (await pool.query(`SELECT id FROM agent_runs WHERE status = 'running'`)).rows[0].id as string;
     // At the cap of 1: B refuses a second run while A's is alive.

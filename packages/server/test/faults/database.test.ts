@@ -84,6 +84,7 @@ describe.runIf(postgres)('database faults on PostgreSQL', () => {
     expect(answered.status).toBe(200);
     expect(answered.body.status).toBe('succeeded');
     const pool = new pg.Pool({ connectionString: database, max: 1 });
+    pool.on('error', () => undefined); // its database is dropped after the test
     afterThisTest(() => pool.end());
     const ids = scheduled.map((s) => s.body.id);
     await until(async () => {

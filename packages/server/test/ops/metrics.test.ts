@@ -244,6 +244,7 @@ describe('GET /metrics', () => {
       const servers = [];
       for (let i = 0; i < 2; i++) {
         const pool = new pg.Pool({ connectionString: url, max: 4 });
+        pool.on('error', () => undefined); // its database is dropped after the test
         const limiter = createPostgresConcurrencyLimiter({ db: pool, name: 'shared', maxConcurrent: 3 });
         afterThisTest(async () => {
           await limiter.close();

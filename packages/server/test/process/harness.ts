@@ -185,6 +185,7 @@ export interface TestDatabase {
 export async function testDatabase(): Promise<TestDatabase> {
   const url = await freshDatabase();
   const pool = new pg.Pool({ connectionString: url, max: 2 });
+  pool.on('error', () => undefined); // its database is dropped after the test
   afterThisTest(() => pool.end());
   const db = toDatabase(pool);
   await migrate(db);
