@@ -92,6 +92,31 @@ describe('the estimate reaches the limiter, and the usage settles', () => {
     expect(tokens?.resetMs).toBe(Math.ceil((charged * 60_000) / 100_000));
   });
 
+  it("settles a token budget to the response's usage: the estimate is charged while the request runs", async () => {
+    const gate: (() => void)[] = [];
+    const p = await f.provider({
+      reply: () =>
+        new Promise((resolve) => gate.push(() => resolve({ text: 'ok', usage: { input: 42, output: 9 } }))),
+    });
+    const limiter = f.limiter({ rate: { tokensPerMinute: 100_000 } });
+    const agent = createAgent({
+      model: f.model(p),
+      credentials: f.credentials,
+      instructions: 'Be brief.',
+      concurrency: { limiter },
+      clock: f.clock,
+    });
+    const prompt = 'Settle me.';
+    const run = agent.run({ prompt });
+    await until(() => gate.length === 1, { message: 'the request reaches the stand-in' });
+    const estimate = estimateInputTokens(firstRequest(prompt)) + 4096;
+    expect(limiter.stats().budgets?.tokens).toEqual({ available: 100_000 - estimate, capacity: 100_000 });
+    gate[0]!();
+    await run;
+    // No time passed on the clock: what is missing is exactly what the response reported.
+    expect(limiter.stats().budgets?.tokens).toEqual({ available: 100_000 - 51, capacity: 100_000 });
+  });
+
   it('charges concurrency.outputTokens instead of the cap, the run over the agent', async () => {
     const p = await f.provider();
     const limiter = f.watch(new RecordingLimiter(f.limiter()));
