@@ -1,5 +1,16 @@
 import js from '@eslint/js';
+import { createTypeScriptImportResolver } from 'eslint-import-resolver-typescript';
+import importX from 'eslint-plugin-import-x';
 import tseslint from 'typescript-eslint';
+
+/**
+ * The server's layers: domain and infrastructure code answers in its own terms (typed results,
+ * refusals with codes), and only the HTTP layer turns that into statuses and bodies. So these
+ * folders may not reach up into `http/` or `routes/`.
+ */
+const serverLowerLayers = ['runs', 'threads', 'cache', 'callbacks'].map(
+  (folder) => `packages/server/src/${folder}/**/*.ts`,
+);
 
 export default tseslint.config(
   { ignores: ['**/node_modules/**', '**/dist/**', '**/.sluice/**', 'coverage/**'] },
@@ -30,6 +41,36 @@ export default tseslint.config(
         },
       ],
     },
+  },
+  {
+    files: serverLowerLayers,
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '^(\\.\\./)+(http|routes)(/|$)',
+              message:
+                'Domain and cache code do not import the HTTP layer: return a typed result or throw a domain refusal (runs/refused.ts), and map it in http/errors.ts.',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    // Import cycles of value imports (import-x skips `import type` edges) in every package's
+    // sources. The resolver follows `./x.js` to `x.ts` and workspace packages to their sources;
+    // node_modules is not walked (a third of lint's time, and no cycle of ours runs through it).
+    files: ['packages/*/src/**/*.ts'],
+    plugins: { 'import-x': importX },
+    settings: {
+      'import-x/extensions': ['.ts', '.js'],
+      'import-x/parsers': { '@typescript-eslint/parser': ['.ts'] },
+      'import-x/resolver-next': [createTypeScriptImportResolver({ project: 'tsconfig.json' })],
+    },
+    rules: { 'import-x/no-cycle': ['error', { ignoreExternal: true }] },
   },
   {
     files: ['**/*.js', '**/*.mjs'],
