@@ -1,11 +1,12 @@
 import type { FastifyInstance } from 'fastify';
 import { agentFor } from '../config.js';
 import { requireRole } from '../http/auth.js';
+import { clientGone } from '../http/client-gone.js';
 import { notFound, shown } from '../http/errors.js';
 import { agentParams } from '../http/schemas.js';
 import type { RouteContext } from '../routes/context.js';
 import { EventStream, playRun } from '../routes/stream-run.js';
-import { admitHeld, clientGone, newRunOf } from '../routes/submit.js';
+import { submitHeld } from '../runs/submission.js';
 import { AgUiEvents } from './events.js';
 import { runAgentInputSchema, splitConversation, type RunAgentInput } from './input.js';
 import { threadOfAgUi } from './threads.js';
@@ -34,23 +35,20 @@ export function agUiRoutes(api: FastifyInstance, ctx: RouteContext): void {
       const body = request.body;
       const { history, turn } = splitConversation(body.messages);
       const threadId = await threadOfAgUi(ctx.db, who, body.threadId, history);
-      const newRun = await newRunOf(ctx, who, {
-        agent: name,
-        inputField: 'messages',
-        class: 'default',
-        held: true,
-        input: turn,
-        threadId,
-      });
-      const { run, release } = await admitHeld(ctx, who, newRun, { signal: clientGone(reply) });
-      const stream = new EventStream(reply, ctx.settings.streamKeepAliveMs);
-      const events = new AgUiEvents(body.threadId, body.runId, (event) => stream.data(event));
-      void playRun(ctx.executor, run, ctx.db, events.send)
-        .finally(() => {
-          stream.end();
-          release();
-        })
-        .catch(() => undefined);
+      const { done } = await submitHeld(
+        ctx,
+        who,
+        { agent: name, inputField: 'messages', class: 'default', input: turn, threadId },
+        {
+          signal: clientGone(reply),
+          play: (run) => {
+            const stream = new EventStream(reply, ctx.settings.streamKeepAliveMs);
+            const events = new AgUiEvents(body.threadId, body.runId, (event) => stream.data(event));
+            return playRun(ctx.executor, run, ctx.db, events.send).finally(() => stream.end());
+          },
+        },
+      );
+      void done.catch(() => undefined);
       return reply;
     },
   );

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { HttpError } from '../http/errors.js';
+import { CacheUnavailableError } from './errors.js';
 import type { PlaceTaken } from './places.js';
 import type { CacheStore, WindowCount } from './store.js';
 
@@ -234,13 +234,7 @@ export class RedisCacheStore implements CacheStore {
     } catch (error) {
       if (error instanceof Error && /timed out/i.test(error.message) && this.#redis.status === 'ready')
         this.#redis.disconnect(true);
-      throw new HttpError(
-        503,
-        'cache_unavailable',
-        'The server cannot reach its cache store (Redis); try again shortly',
-        {},
-        { 'retry-after': '5' },
-      );
+      throw new CacheUnavailableError(error);
     }
   }
 

@@ -1,7 +1,12 @@
 import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import type { Refusal } from '../runs/admission.js';
 import { RETRY_AFTER_UNKNOWN_MS, retryAfterSeconds } from '../runs/retry-after.js';
+import { CacheUnavailableError } from '../cache/errors.js';
+import { RunRefusedError, refusalCode, type RunRefusal } from '../runs/refused.js';
+import { shown } from '../shown.js';
 import { expectations, patternMeanings } from './schemas.js';
+
+export { shown };
 
 /**
  * An error that becomes an HTTP response. Every error body has one shape,
@@ -45,22 +50,6 @@ export class HttpError extends Error {
       },
     };
   }
-}
-
-/** Shows a client value inside a message without echoing megabytes of it back. */
-export function shown(value: unknown, max = 80): string {
-  let text: string;
-  try {
-    text = typeof value === 'string' ? value : (JSON.stringify(value) ?? String(value));
-  } catch {
-    // Too deep to write out (JSON.stringify and String both recurse): say what it is.
-    text = Array.isArray(value)
-      ? '[...]'
-      : value !== null && typeof value === 'object'
-        ? '{...}'
-        : typeof value;
-  }
-  return text.length > max ? `${text.slice(0, max)}... (${text.length} characters)` : text;
 }
 
 export const badRequest = (message: string, details: Record<string, unknown> = {}) =>
@@ -153,6 +142,81 @@ export function refusalError(refusal: Refusal): HttpError {
       throw new Error(`unknown refusal ${JSON.stringify(never)}`);
     }
   }
+}
+
+/**
+ * The answer to each refusal of the run domain (runs/refused.ts): admission's 429s above, the
+ * thread's 404, 409 and 403, a 400 for input the run cannot take, 503 while draining.
+ */
+export function runRefusalError(refusal: RunRefusal): HttpError {
+  const type = refusalCode(refusal);
+  switch (refusal.kind) {
+    case 'concurrency':
+    case 'quota':
+    case 'spend':
+    case 'thread':
+      return refusalError(refusal);
+    case 'invalid_input': {
+      const { field, message, limitValue, pending, missing } = refusal;
+      return badRequest(message, {
+        field,
+        ...(limitValue === undefined ? {} : { limit_value: limitValue }),
+        ...(pending === undefined ? {} : { pending }),
+        ...(missing === undefined ? {} : { missing }),
+      });
+    }
+    case 'thread_missing':
+      return notFound(`No thread \`${shown(refusal.threadId)}\``);
+    case 'thread_busy':
+      return new HttpError(
+        409,
+        type,
+        `Thread ${refusal.threadId} is busy with another run; it stayed busy for ${refusal.waitedMs} ms`,
+        { thread_id: refusal.threadId, active_run_id: refusal.activeRunId },
+      );
+    case 'thread_requires_action':
+      return new HttpError(
+        409,
+        type,
+        `Thread ${refusal.threadId} waits for approvals on run ${refusal.runId}: resume that run, or send \`on_busy: "cancel"\` to cancel it`,
+        { thread_id: refusal.threadId, active_run_id: refusal.runId },
+      );
+    case 'thread_forbidden': {
+      const how = refusal.paused ? 'waits on' : 'is busy with';
+      return new HttpError(
+        403,
+        type,
+        `Thread ${refusal.threadId} ${how} run ${refusal.activeRunId} of another project; \`on_busy: "cancel"\` needs an admin token to cancel it`,
+        { thread_id: refusal.threadId, active_run_id: refusal.activeRunId },
+      );
+    }
+    case 'draining':
+      return draining();
+    default: {
+      const never: never = refusal;
+      throw new Error(`unknown refusal ${JSON.stringify(never)}`);
+    }
+  }
+}
+
+/**
+ * The HTTP answer of an error that is an answer to the client (a refusal of any layer), or
+ * undefined for anything else (a fault, an unreachable database). Every front (the error
+ * handler, WebSocket frames, webhooks and ticks) tells the two apart with this.
+ */
+export function refusalOf(error: unknown): HttpError | undefined {
+  if (error instanceof HttpError) return error;
+  if (error instanceof RunRefusedError) return runRefusalError(error.refusal);
+  if (error instanceof CacheUnavailableError) {
+    return new HttpError(
+      503,
+      error.code,
+      error.message,
+      {},
+      { 'retry-after': String(Math.ceil(error.retryAfterMs / 1000)) },
+    );
+  }
+  return undefined;
 }
 
 /** Errors that mean the database cannot be reached or answered too slowly: 503, try again. */
@@ -333,7 +397,8 @@ export function installErrorHandling(fastify: FastifyInstance, log: Log): void {
     error: HttpError,
   ) => reply.status(error.status).headers(error.headers).send(error.body());
   fastify.setErrorHandler((error: FastifyError | HttpError, request, reply) => {
-    if (error instanceof HttpError) return send(reply, error);
+    const refused = refusalOf(error);
+    if (refused) return send(reply, refused);
     if (isStoreUnavailable(error)) {
       log('warn', 'database unavailable', { reqId: request.id, error: String(error) });
       return send(

@@ -1,27 +1,26 @@
 import type { FastifyInstance } from 'fastify';
 import { agentFor } from '../config.js';
 import { requireRole } from '../http/auth.js';
+import { clientGone } from '../http/client-gone.js';
 import { HttpError, badRequest, notFound, shown } from '../http/errors.js';
 import { checkInput } from '../http/limits.js';
 import { CANCEL_CONFIRM_MS, cancelRun, mayCancel } from '../runs/cancel.js';
 import { isFinal } from '../runs/lifecycle.js';
 import { getRun, type RunRow } from '../runs/store.js';
-import type { RouteContext } from '../routes/context.js';
 import {
-  admitHeld,
-  admitQueued,
-  clientGone,
-  newRunOf,
-  takePlace,
-  waitForHeld,
-  waitForQueued,
-  windowFor,
-} from '../routes/submit.js';
+  submitAndWait,
+  submitHeld,
+  submitInline,
+  submitQueued,
+  type RunRequest,
+} from '../runs/submission.js';
+import type { RouteContext } from '../routes/context.js';
 import { threadOfChain } from './chains.js';
 import { agentOfModel, chatInput, responsesInput, type RunMessage } from './input.js';
 import { toChatCompletion, toResponse, type ResponseRequest } from './render.js';
 import { createChatBody, createResponseBody, responseParams } from './schemas.js';
 import { streamChat, streamResponse } from './streams.js';
+import { windowFor } from './window.js';
 
 interface CreateResponseBody {
   model: string;
@@ -92,35 +91,31 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
         service_tier: flex ? 'flex' : 'default',
         previous_response_id: body.previous_response_id ?? null,
       };
-      const held = !background && !flex;
-      const newRun = await newRunOf(ctx, who, {
+      const submission: RunRequest = {
         agent,
         class: flex ? 'deferred' : 'default',
-        held,
         input,
         metadata: body.metadata ?? undefined,
         threadId,
         apiRequest: { ...asked },
-      });
-      const gone = clientGone(reply);
-      if (!held) {
-        if (background) return toResponse(await admitQueued(ctx, who, newRun));
-        const release = await takePlace(ctx, who, newRun.class);
-        const { run: current } = await admitQueued(ctx, who, newRun)
-          .then((run) => waitForQueued(ctx, run, gone, windowFor(request.headers, settings.syncTimeoutMs)))
-          .finally(release);
-        return reply.status(isFinal(current.status) ? 200 : 202).send(toResponse(current));
+      };
+      const signal = clientGone(reply);
+      const windowMs = windowFor(request.headers, settings.syncTimeoutMs);
+      if (background) return toResponse(await submitQueued(ctx, who, submission));
+      if (flex) {
+        const { run } = await submitAndWait(ctx, who, submission, { signal, windowMs });
+        return reply.status(isFinal(run.status) ? 200 : 202).send(toResponse(run));
       }
-      const { run, release } = await admitHeld(ctx, who, newRun, { signal: gone });
       if (body.stream) {
-        void streamResponse(reply, executor, run, { db, keepAliveMs: settings.streamKeepAliveMs })
-          .finally(release)
-          .catch(() => undefined);
+        const { done } = await submitHeld(ctx, who, submission, {
+          signal,
+          play: (run) =>
+            streamResponse(reply, executor, run, { db, keepAliveMs: settings.streamKeepAliveMs }),
+        });
+        void done.catch(() => undefined);
         return reply;
       }
-      const finished = executor.execute(run);
-      void finished.finally(release).catch(() => undefined);
-      const final = await waitForHeld(ctx, run, finished, windowFor(request.headers, settings.syncTimeoutMs));
+      const { run: final } = await submitInline(ctx, who, submission, { signal, windowMs });
       return reply.status(isFinal(final.status) ? 200 : 202).send(toResponse(final));
     },
   );
@@ -186,40 +181,34 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
           field: 'stream',
         });
       }
-      const newRun = await newRunOf(ctx, who, {
+      const submission: RunRequest = {
         agent,
         inputField: 'messages',
         class: flex ? 'deferred' : 'default',
-        held: !flex,
         input,
         metadata: body.metadata ?? undefined,
         apiRequest: { model: body.model, api: 'chat.completions' },
-      });
-      const gone = clientGone(reply);
+      };
+      const signal = clientGone(reply);
+      const windowMs = windowFor(request.headers, settings.syncTimeoutMs);
       let final: RunRow;
       if (flex) {
-        const release = await takePlace(ctx, who, newRun.class);
-        final = (
-          await admitQueued(ctx, who, newRun)
-            .then((run) => waitForQueued(ctx, run, gone, windowFor(request.headers, settings.syncTimeoutMs)))
-            .finally(release)
-        ).run;
+        final = (await submitAndWait(ctx, who, submission, { signal, windowMs })).run;
+      } else if (body.stream) {
+        const { done } = await submitHeld(ctx, who, submission, {
+          signal,
+          play: (run) =>
+            streamChat(reply, executor, run, {
+              db,
+              keepAliveMs: settings.streamKeepAliveMs,
+              model: body.model,
+              includeUsage: body.stream_options?.include_usage === true,
+            }),
+        });
+        void done.catch(() => undefined);
+        return reply;
       } else {
-        const { run, release } = await admitHeld(ctx, who, newRun, { signal: gone });
-        if (body.stream) {
-          void streamChat(reply, executor, run, {
-            db,
-            keepAliveMs: settings.streamKeepAliveMs,
-            model: body.model,
-            includeUsage: body.stream_options?.include_usage === true,
-          })
-            .finally(release)
-            .catch(() => undefined);
-          return reply;
-        }
-        const finished = executor.execute(run);
-        void finished.finally(release).catch(() => undefined);
-        final = await waitForHeld(ctx, run, finished, windowFor(request.headers, settings.syncTimeoutMs));
+        final = (await submitInline(ctx, who, submission, { signal, windowMs })).run;
       }
       if (final.status === 'succeeded') return toChatCompletion(final, body.model);
       if (!isFinal(final.status)) return reply.status(202).send(toChatCompletion(final, body.model));

@@ -46,7 +46,7 @@ export function outcomeOf(refusal: Refusal): Exclude<AdmissionOutcome, 'admitted
   }
 }
 
-/** Hears every admission decision of this process (see routes/submit.ts). */
+/** Hears every admission decision of this process (see runs/submission.ts). */
 export interface AdmissionHooks {
   admitted(runClass: RunClass): void;
   refused(tenant: string, refusal: Refusal): void;

@@ -1,24 +1,24 @@
 import type { FastifyInstance } from 'fastify';
 import { agentFor } from '../config.js';
 import { requireRole } from '../http/auth.js';
+import { lazyClientGone } from '../http/client-gone.js';
 import { HttpError, badRequest, notFound, shown } from '../http/errors.js';
 import { checkInput } from '../http/limits.js';
 import { MAX_DELAY_SECONDS, agentParams, createRunBody } from '../http/schemas.js';
-import { isSettled, type RunClass } from '../runs/lifecycle.js';
+import type { RunClass } from '../runs/lifecycle.js';
+import type { ClientConfig } from '../runs/run-config.js';
 import { toApiRun, type NewRun, type RunRow } from '../runs/store.js';
-import { clearPausedThread, type OnBusy } from '../threads/hold.js';
+import {
+  submitAndWait,
+  submitHeld,
+  submitInline,
+  submitQueued,
+  type RunRequest,
+  type Waited,
+} from '../runs/submission.js';
+import type { OnBusy } from '../threads/hold.js';
 import type { RouteContext } from './context.js';
 import { streamRun } from './stream-run.js';
-import {
-  admitHeld,
-  admitQueued,
-  lazyClientGone,
-  newRunOf,
-  takePlace,
-  waitForHeld,
-  waitForQueued,
-  type ClientConfig,
-} from './submit.js';
 
 type Message = { role: 'user' | 'assistant' | 'system'; content: string | { type: 'text'; text: string }[] };
 
@@ -62,6 +62,15 @@ export const interruptedError = (run: RunRow) =>
     run: toApiRun(run),
   });
 
+/** The process began draining while a caller waited: the run goes on elsewhere. */
+export const drainingWithRun = (run: RunRow) =>
+  new HttpError(503, 'server_draining', 'This server is shutting down; the run goes on', {
+    run: toApiRun(run),
+  });
+
+/** The answer to a caller that waited: 200 once the run has settled, else 202 (it goes on). */
+const statusOf = (waited: Waited) => (waited.kind === 'settled' ? 200 : 202);
+
 export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
   const { db, settings, executor } = ctx;
 
@@ -98,68 +107,47 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
       // what deferred runs are for avoiding.
       const wait = body.wait ?? runClass === 'default';
       const held = body.stream === true || (wait && runClass === 'default' && schedule === undefined);
-      const newRun = await newRunOf(ctx, who, {
+      const submission: RunRequest = {
         agent: name,
         inputField: body.messages ? 'messages' : 'input',
         class: runClass,
-        held,
         input,
         metadata: body.metadata,
         schedule,
         callbackUrl,
         threadId: body.thread_id,
         config: body.config,
-      });
-      const gone = lazyClientGone(reply);
-      if (!held) {
-        if (newRun.threadId !== undefined) {
-          await clearPausedThread(ctx, {
-            thread: { id: newRun.threadId, tenant: who.tenant },
-            who,
-            onBusy: body.on_busy ?? 'wait',
-          });
-        }
-        if (schedule !== undefined || !wait) {
-          return reply.status(202).send(toApiRun(await admitQueued(ctx, who, newRun)));
-        }
-        // A caller that waits on a queued run is held too: it takes one of the user's places.
-        const release = await takePlace(ctx, who, runClass);
-        const { run: current, draining } = await admitQueued(ctx, who, newRun)
-          .then((run) => waitForQueued(ctx, run, gone()))
-          .finally(release);
-        if (draining)
-          throw new HttpError(503, 'server_draining', 'This server is shutting down; the run goes on', {
-            run: toApiRun(current),
-          });
-        if (current.error?.type === 'interrupted') throw interruptedError(current);
-        return reply.status(isSettled(current.status) ? 200 : 202).send(toApiRun(current));
-      }
-      const { run, release } = await admitHeld(ctx, who, newRun, { onBusy: body.on_busy, signal: gone });
-      // Once the run executes (execute registers it at once), a client that is already gone
-      // cancels it now, and one that leaves later when it does.
-      const cancelOnLeave = () => {
-        if (body.on_disconnect !== 'cancel') return;
-        const signal = gone();
-        if (signal.aborted) executor.stop(run.id, 'cancel');
-        else signal.addEventListener('abort', () => executor.stop(run.id, 'cancel'), { once: true });
+        onBusy: body.on_busy ?? 'wait',
       };
+      const signal = lazyClientGone(reply);
+      if (!held) {
+        if (schedule !== undefined || !wait) {
+          return reply.status(202).send(toApiRun(await submitQueued(ctx, who, submission)));
+        }
+        const waited = await submitAndWait(ctx, who, submission, { signal });
+        if (waited.kind === 'draining') throw drainingWithRun(waited.run);
+        if (waited.run.error?.type === 'interrupted') throw interruptedError(waited.run);
+        return reply.status(statusOf(waited)).send(toApiRun(waited.run));
+      }
+      const onDisconnect = body.on_disconnect;
       if (body.stream) {
-        const streaming = streamRun(reply, executor, run, { keepAliveMs: settings.streamKeepAliveMs, db });
-        cancelOnLeave();
-        void streaming.finally(release).catch(() => undefined);
+        const { done } = await submitHeld(ctx, who, submission, {
+          signal,
+          onDisconnect,
+          play: (run) => streamRun(reply, executor, run, { keepAliveMs: settings.streamKeepAliveMs, db }),
+        });
+        void done.catch(() => undefined);
         return reply;
       }
-      const finished = executor.execute(run);
-      cancelOnLeave();
-      void finished.finally(release).catch(() => undefined);
-      const final = await waitForHeld(ctx, run, finished);
+      const waited = await submitInline(ctx, who, submission, { signal, onDisconnect });
+      const final = waited.run;
       if (final.error?.type === 'interrupted') throw interruptedError(final);
       if (final.error?.type === 'timeout') {
-        throw new HttpError(504, 'run_timeout', `Run ${run.id} passed its timeout and was stopped`, {
+        throw new HttpError(504, 'run_timeout', `Run ${final.id} passed its timeout and was stopped`, {
           run: toApiRun(final),
         });
       }
-      return reply.status(isSettled(final.status) ? 200 : 202).send(toApiRun(final));
+      return reply.status(statusOf(waited)).send(toApiRun(final));
     },
   );
 }

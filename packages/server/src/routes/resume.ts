@@ -4,10 +4,12 @@ import { HttpError, badRequest, notFound, shown } from '../http/errors.js';
 import { runParams } from '../http/schemas.js';
 import { checkApprovals } from '../runs/approvals.js';
 import { mayCancel } from '../runs/cancel.js';
-import { isSettled, resumeRun } from '../runs/lifecycle.js';
+import { resumeRun } from '../runs/lifecycle.js';
 import { getRun, toApiRun, type RunRow } from '../runs/store.js';
+import { waitForRun } from '../runs/submission.js';
+import { clientGone } from '../http/client-gone.js';
 import type { RouteContext } from './context.js';
-import { clientGone, waitForQueued } from './submit.js';
+import { drainingWithRun } from './create-run.js';
 
 interface ResumeBody {
   approvals?: unknown;
@@ -60,12 +62,9 @@ export function resumeRoute(api: FastifyInstance, ctx: RouteContext): void {
       ctx.executor.notify(resumed.class);
       const wait = body.wait ?? resumed.class === 'default';
       if (!wait) return reply.status(202).send(toApiRun(resumed));
-      const { run: current, draining } = await waitForQueued(ctx, resumed, clientGone(reply));
-      if (draining)
-        throw new HttpError(503, 'server_draining', 'This server is shutting down; the run goes on', {
-          run: toApiRun(current),
-        });
-      return reply.status(isSettled(current.status) ? 200 : 202).send(toApiRun(current));
+      const waited = await waitForRun(ctx, resumed, clientGone(reply));
+      if (waited.kind === 'draining') throw drainingWithRun(waited.run);
+      return reply.status(waited.kind === 'settled' ? 200 : 202).send(toApiRun(waited.run));
     },
   );
 }

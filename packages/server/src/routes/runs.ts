@@ -9,7 +9,7 @@ import { decodeCursor, encodeCursor, getRun, listRuns, queueCounts, toApiRun } f
 import type { RouteContext } from './context.js';
 import { createRunRoute } from './create-run.js';
 import { resumeRoute } from './resume.js';
-import { clientGone } from './submit.js';
+import { clientGone } from '../http/client-gone.js';
 
 export function runRoutes(api: FastifyInstance, ctx: RouteContext): void {
   const { db, settings } = ctx;

@@ -3,7 +3,7 @@ import { generateSigningSecret } from '../callbacks/signing.js';
 import { agentFor } from '../config.js';
 import type { CacheStore } from '../cache/store.js';
 import { countedRefusal, requireRole } from '../http/auth.js';
-import { HttpError, badRequest, notFound, shown } from '../http/errors.js';
+import { HttpError, badRequest, notFound, refusalOf, shown } from '../http/errors.js';
 import { storableText } from '../http/schemas.js';
 import type { RunClass } from '../runs/lifecycle.js';
 import { toApiRun } from '../runs/store.js';
@@ -235,7 +235,7 @@ export function webhookRoutes(ctx: RouteContext, now: () => number, cache: Cache
           // A copy of this delivery got in first (on this process or another): its run is the answer.
           // That copy may also have taken the last place under a cap, so this one was refused (429):
           // the refusal was decided after that copy committed, so its row is there to be found.
-          const refusedByCap = error instanceof HttpError && error.status === 429;
+          const refusedByCap = refusalOf(error)?.status === 429;
           if (!isUniqueViolation(error) && !refusedByCap) throw error;
           const first = await deliveredRun(ctx.db, trigger.id, verified.key);
           if (!first) throw error;

@@ -3,7 +3,7 @@ import type { FastifyError, FastifyRequest } from 'fastify';
 import { HttpError, badRequest, frameworkError } from '../http/errors.js';
 import { createRunBody } from '../http/schemas.js';
 import type { OnBusy } from '../threads/hold.js';
-import type { ClientConfig } from './submit.js';
+import type { ClientConfig } from '../runs/run-config.js';
 
 /** The client frames of `GET /ws`, checked as strictly as the HTTP bodies they mirror. */
 

@@ -1,14 +1,22 @@
 import type { WebSocket } from 'ws';
 import { agentFor } from '../config.js';
 import { requireRole } from '../http/auth.js';
-import { HttpError, badRequest, draining, isStoreUnavailable, notFound, shown } from '../http/errors.js';
+import {
+  HttpError,
+  badRequest,
+  draining,
+  isStoreUnavailable,
+  notFound,
+  refusalOf,
+  shown,
+} from '../http/errors.js';
 import { checkInput } from '../http/limits.js';
 import { CANCEL_CONFIRM_MS, cancelRun, mayCancel } from '../runs/cancel.js';
 import { getRun } from '../runs/store.js';
+import { submitHeld } from '../runs/submission.js';
 import type { Principal } from '../store/tokens.js';
 import type { RouteContext } from './context.js';
 import { playRun } from './stream-run.js';
-import { admitHeld, newRunOf } from './submit.js';
 import { parseFrame, requestIdOf, type CancelFrame, type RunFrame } from './ws-frames.js';
 
 /** Runs (and, apart, cancels) one socket may have in flight at once; each run also counts for the user's held-run cap. */
@@ -82,7 +90,8 @@ export class WsSession {
   }
 
   #asHttpError(error: unknown): HttpError {
-    if (error instanceof HttpError) return error;
+    const refused = refusalOf(error);
+    if (refused) return refused;
     if (isStoreUnavailable(error))
       return new HttpError(
         503,
@@ -148,27 +157,30 @@ export class WsSession {
       throw badRequest('Expected `input` (a string or messages) or `messages`', { field: 'input' });
     const field = frame.messages ? 'messages' : 'input';
     checkInput(input, field);
-    const newRun = await newRunOf(ctx, who, {
-      agent: frame.agent,
-      inputField: field,
-      class: 'default',
-      held: true,
-      input,
-      threadId: frame.thread_id,
-      config: frame.config,
-    });
-    const gone = this.#gone.signal;
-    const { run, release } = await admitHeld(ctx, who, newRun, { onBusy: frame.on_busy, signal: gone });
     const requestId = frame.request_id;
-    const playing = playRun(ctx.executor, run, ctx.db, (event, data) =>
-      this.#send({ type: event, request_id: requestId, data }),
+    const { done } = await submitHeld(
+      ctx,
+      who,
+      {
+        agent: frame.agent,
+        inputField: field,
+        class: 'default',
+        input,
+        threadId: frame.thread_id,
+        config: frame.config,
+        onBusy: frame.on_busy,
+      },
+      {
+        signal: this.#gone.signal,
+        // As on HTTP streams: a socket that closes leaves its runs going, unless the frame said otherwise.
+        onDisconnect: frame.on_disconnect,
+        play: (run) =>
+          playRun(ctx.executor, run, ctx.db, (event, data) =>
+            this.#send({ type: event, request_id: requestId, data }),
+          ),
+      },
     );
-    // As on HTTP streams: a socket that closes leaves its runs going, unless the frame said otherwise.
-    if (frame.on_disconnect === 'cancel') {
-      if (gone.aborted) ctx.executor.stop(run.id, 'cancel');
-      else gone.addEventListener('abort', () => ctx.executor.stop(run.id, 'cancel'), { once: true });
-    }
-    await playing.finally(release);
+    await done;
   }
 
   async #cancel(frame: CancelFrame): Promise<void> {

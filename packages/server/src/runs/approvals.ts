@@ -1,6 +1,7 @@
 import type { Database } from '@sluice/postgres/database';
 import type { PausedState, ToolDecision } from 'sluice';
-import { badRequest, shown } from '../http/errors.js';
+import { shown } from '../shown.js';
+import { invalidInput } from './refused.js';
 import type { RunRow } from './store.js';
 
 /**
@@ -22,47 +23,52 @@ export interface Approval {
 
 /**
  * Checks a resume's `approvals` against the run's pending calls: every pending call answered
- * exactly once, nothing else answered. A 400 names the field (`approvals[1].tool_call_id`).
+ * exactly once, nothing else answered. A refusal (`invalid_input`, a 400) names the field (`approvals[1].tool_call_id`).
  */
 export function checkApprovals(run: RunRow, approvals: unknown): Approval[] {
   const pending = (run.required_action?.tool_calls ?? []) as { id: string }[];
   const ids = pending.map((c) => c.id);
   if (!Array.isArray(approvals))
-    throw badRequest(`Expected \`approvals\` to be a list, got \`${shown(approvals)}\``, {
-      field: 'approvals',
-    });
+    throw invalidInput(`Expected \`approvals\` to be a list, got \`${shown(approvals)}\``, 'approvals');
   const seen = new Set<string>();
   approvals.forEach((a: unknown, i) => {
     const at = `approvals[${i}]`;
     const { tool_call_id: id, approved, reason } = (a ?? {}) as Record<string, unknown>;
     if (typeof id !== 'string' || !ids.includes(id)) {
-      throw badRequest(
+      throw invalidInput(
         `Expected \`${at}.tool_call_id\` to be one of the pending calls of run ${run.id} (${ids.join(', ')}), got \`${shown(id)}\``,
-        { field: `${at}.tool_call_id`, pending: ids },
+        `${at}.tool_call_id`,
+        { pending: ids },
       );
     }
     if (seen.has(id)) {
-      throw badRequest(`\`${at}.tool_call_id\` answers \`${id}\` a second time; answer each call once`, {
-        field: `${at}.tool_call_id`,
-      });
+      throw invalidInput(
+        `\`${at}.tool_call_id\` answers \`${id}\` a second time; answer each call once`,
+        `${at}.tool_call_id`,
+      );
     }
     seen.add(id);
     if (typeof approved !== 'boolean')
-      throw badRequest(`Expected \`${at}.approved\` to be true or false, got \`${shown(approved)}\``, {
-        field: `${at}.approved`,
-      });
+      throw invalidInput(
+        `Expected \`${at}.approved\` to be true or false, got \`${shown(approved)}\``,
+        `${at}.approved`,
+      );
     if (reason !== undefined && (typeof reason !== 'string' || reason.length > MAX_REASON_CHARS))
-      throw badRequest(
+      throw invalidInput(
         `Expected \`${at}.reason\` to be a string of at most ${MAX_REASON_CHARS} characters, got \`${shown(reason)}\``,
-        { field: `${at}.reason`, limit_value: MAX_REASON_CHARS },
+        `${at}.reason`,
+        { limitValue: MAX_REASON_CHARS },
       );
   });
   const missing = ids.filter((id) => !seen.has(id));
   if (missing.length > 0) {
-    throw badRequest(`\`approvals\` has no answer for ${missing.join(', ')}; answer every pending call`, {
-      field: 'approvals',
-      missing,
-    });
+    throw invalidInput(
+      `\`approvals\` has no answer for ${missing.join(', ')}; answer every pending call`,
+      'approvals',
+      {
+        missing,
+      },
+    );
   }
   return approvals as Approval[];
 }

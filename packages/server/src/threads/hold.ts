@@ -1,9 +1,9 @@
 import type { Database } from '@sluice/postgres/database';
 import { systemClock, type Clock } from 'sluice/concurrency';
-import { HttpError } from '../http/errors.js';
 import { cancelRun, mayCancel } from '../runs/cancel.js';
 import type { Executor } from '../runs/executor.js';
 import { getRun } from '../runs/store.js';
+import { RunRefusedError } from '../runs/refused.js';
 import type { RunWaiters } from '../runs/waiters.js';
 import { tuning } from '../tuning.js';
 import { getThread, lockThread, type LockAttempt } from './store.js';
@@ -13,14 +13,9 @@ export type OnBusy = 'wait' | 'cancel';
 /** A thread's attempt, or: its run waits for a person (named), so waiting for it is pointless. */
 export type HoldAttempt = LockAttempt | { ok: false; requiresAction: string };
 
-/** The 409 of a new run on a thread whose run waits in requires_action. */
+/** The refusal of a new run on a thread whose run waits in requires_action. */
 export const threadRequiresAction = (threadId: string, runId: string) =>
-  new HttpError(
-    409,
-    'thread_requires_action',
-    `Thread ${threadId} waits for approvals on run ${runId}: resume that run, or send \`on_busy: "cancel"\` to cancel it`,
-    { thread_id: threadId, active_run_id: runId },
-  );
+  new RunRefusedError({ kind: 'thread_requires_action', threadId, runId });
 
 const RETRY_MS = tuning.threadRetryMs;
 
@@ -94,12 +89,12 @@ export async function clearPausedThread(
   const active = await getRun(deps.db, request.thread.tenant, thread.active_run_id);
   if (!active) return;
   if (!mayCancel(request.who, active)) {
-    throw new HttpError(
-      403,
-      'permission_denied',
-      `Thread ${thread.id} waits on run ${active.id} of another project; \`on_busy: "cancel"\` needs an admin token to cancel it`,
-      { thread_id: thread.id, active_run_id: active.id },
-    );
+    throw new RunRefusedError({
+      kind: 'thread_forbidden',
+      threadId: thread.id,
+      activeRunId: active.id,
+      paused: true,
+    });
   }
   await cancelRun(deps, active, { confirmMs: 0 });
 }

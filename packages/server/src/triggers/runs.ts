@@ -2,9 +2,9 @@ import { agentFor } from '../config.js';
 import { HttpError, badRequest } from '../http/errors.js';
 import { checkInput } from '../http/limits.js';
 import type { RouteContext } from '../routes/context.js';
-import { admitQueued, newRunOf } from '../routes/submit.js';
 import type { WithRun } from '../runs/admission.js';
 import { getRun, type RunRow } from '../runs/store.js';
+import { submitQueued } from '../runs/submission.js';
 import type { Principal } from '../store/tokens.js';
 import type { TriggerRow } from './store.js';
 
@@ -49,15 +49,12 @@ export async function queueTriggerRun(
       `Trigger ${trigger.id} names agent \`${trigger.agent}\`, which is not served`,
     );
   checkInput(input, 'body');
-  const who = principalOf(trigger);
-  const newRun = await newRunOf(ctx, who, {
-    agent: trigger.agent,
-    class: trigger.class,
-    held: false,
-    input,
-    metadata,
-  });
-  return admitQueued(ctx, who, newRun, withRun);
+  return submitQueued(
+    ctx,
+    principalOf(trigger),
+    { agent: trigger.agent, class: trigger.class, input, metadata },
+    { withRun },
+  );
 }
 
 /** The run `id` of the trigger's tenant as it stands. */

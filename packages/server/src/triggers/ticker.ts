@@ -1,4 +1,4 @@
-import { HttpError } from '../http/errors.js';
+import { refusalOf } from '../http/errors.js';
 import type { RouteContext } from '../routes/context.js';
 import { latestTick, nextTick } from './cron.js';
 import { tuning } from '../tuning.js';
@@ -74,9 +74,10 @@ export class TriggerTicker {
       return true;
     } catch (error) {
       if (isUniqueViolation(error)) return false;
-      if (!(error instanceof HttpError)) throw error;
-      this.log('warn', 'schedule tick refused', { trigger: trigger.id, tick: at, refusal: error.type });
-      await recordTick(this.ctx.db, trigger.id, tick, next, { refused: error.type }).catch(
+      const refused = refusalOf(error);
+      if (!refused) throw error;
+      this.log('warn', 'schedule tick refused', { trigger: trigger.id, tick: at, refusal: refused.type });
+      await recordTick(this.ctx.db, trigger.id, tick, next, { refused: refused.type }).catch(
         (again: unknown) => {
           if (!isUniqueViolation(again)) throw again;
         },

@@ -9,7 +9,8 @@ import { describe, expect, it } from 'vitest';
 import { createAgent } from 'sluice';
 import { defineConfig, serve, SettingsError, resolveSettings } from '@sluice/server';
 import { MemoryCacheStore } from '../../src/cache/memory.js';
-import { HttpError } from '../../src/http/errors.js';
+import { CacheUnavailableError } from '../../src/cache/errors.js';
+import { refusalOf } from '../../src/http/errors.js';
 import { perProcessWarning } from '../../src/cache/open.js';
 import { placeKeys } from '../../src/cache/places.js';
 import { RedisCacheStore } from '../../src/cache/redis.js';
@@ -184,10 +185,12 @@ describe.runIf(withRedis)('the Redis cache store against a real redis-server', (
         () => undefined,
         (e: unknown) => e,
       );
-      expect(error, String(attempt)).toBeInstanceOf(HttpError);
-      expect((error as HttpError).status).toBe(503);
-      expect((error as HttpError).body().error.type).toBe('cache_unavailable');
-      expect((error as HttpError).headers['retry-after']).toBe('5');
+      // The store throws its own error; the HTTP layer answers it as 503 with Retry-After.
+      expect(error, String(attempt)).toBeInstanceOf(CacheUnavailableError);
+      const answer = refusalOf(error)!;
+      expect(answer.status).toBe(503);
+      expect(answer.body().error.type).toBe('cache_unavailable');
+      expect(answer.headers['retry-after']).toBe('5');
     }
   });
 
@@ -205,8 +208,8 @@ describe.runIf(withRedis)('the Redis cache store against a real redis-server', (
       () => undefined,
       (error: unknown) => error,
     );
-    expect(stalled).toBeInstanceOf(HttpError);
-    expect(stalled).toMatchObject({ status: 503, type: 'cache_unavailable' });
+    expect(stalled).toBeInstanceOf(CacheUnavailableError);
+    expect(refusalOf(stalled)).toMatchObject({ status: 503, type: 'cache_unavailable' });
     // The silent connection is dropped; the next one goes through, and the count is Redis's.
     await until(async () => (await store.held(key).catch(() => -1)) === 1, 'answers on a new connection');
     expect((await store.take(key, 5)).ok).toBe(true);

@@ -59,7 +59,7 @@ describe('review11: the openai client retrying', () => {
   });
 
   it("the hold is kept under what the caller waits: its X-Stainless-Timeout, or the official client's default 10 minutes", async () => {
-    const { windowFor } = await import('../../src/routes/submit.js');
+    const { windowFor } = await import('../../src/openai/window.js');
     expect(windowFor({}, 600_000)).toBe(600_000);
     expect(windowFor({ 'x-stainless-lang': 'js' }, 600_000)).toBe(570_000);
     expect(windowFor({ 'x-stainless-lang': 'js', 'x-stainless-timeout': '60' }, 600_000)).toBe(57_000);

@@ -1,0 +1,356 @@
+import type { Database } from '@sluice/postgres/database';
+import type { Clock } from 'sluice/concurrency';
+import { placeKeys, type Places } from '../cache/places.js';
+import type { AdmissionHooks } from '../ops/admissions.js';
+import type { ServerSettings } from '../settings.js';
+import type { Principal } from '../store/tokens.js';
+import { clearPausedThread, holdThread, type HoldAttempt, type OnBusy } from '../threads/hold.js';
+import { getThread, threadLeaseMs, unlockThread } from '../threads/store.js';
+import { admitRun, userRetryAfterMs, type WithRun } from './admission.js';
+import type { Executor } from './executor.js';
+import { isSettled, type RunClass } from './lifecycle.js';
+import type { TenantLimits } from './policy.js';
+import type { Refusal } from './refusal.js';
+import { RunRefusedError, invalidInput, type RunRefusal } from './refused.js';
+import { runConfig, type ClientConfig } from './run-config.js';
+import { getRun, newRunId, type NewRun, type RunRow } from './store.js';
+import type { RunWaiters } from './waiters.js';
+
+/**
+ * Creating a run, from start to end, for every front (the runs API, the OpenAI endpoints,
+ * AG-UI, WebSocket, triggers). A front parses its request into a `RunRequest`, calls one of
+ * these, and renders what comes back in its own shape:
+ *
+ * - `submitQueued`: a queued run (deferred, scheduled, background), answered at once;
+ * - `submitAndWait`: a queued run whose caller waits for it, at most the sync window;
+ * - `submitHeld`: a run held for its caller and executed here, by the front's `play` (which
+ *   streams its events); `submitInline` is the same with the sync wait instead of a stream.
+ *
+ * Each owns its sequence: the run's bounds and thread, the user's place for a caller held on a
+ * connection (given back when the run ends, or at once when a later check refuses), the
+ * thread lock, admission, and cancel-on-disconnect from the client-gone signal it is given.
+ * Refusals are thrown as `RunRefusedError` (runs/refused.ts); outcomes are returned.
+ */
+
+/** What submission needs of the app (the routes' context has all of it). */
+export interface SubmissionDeps {
+  readonly db: Database;
+  readonly settings: ServerSettings;
+  readonly executor: Executor;
+  readonly waiters: RunWaiters;
+  /** Held runs per user (the cache store's places). */
+  readonly places: Places;
+  readonly limitsFor: (tenant: string) => TenantLimits;
+  /** What admission reads the time from (its Retry-After estimate). */
+  readonly clock: Clock;
+  /** Hears each admission decision (the metrics and the dashboard's refusals). */
+  readonly admissions?: AdmissionHooks;
+}
+
+export interface RunRequest {
+  agent: string;
+  /** The body field the input came in, for refusals about it. */
+  inputField?: string;
+  class: RunClass;
+  input: unknown;
+  metadata?: unknown;
+  schedule?: NewRun['schedule'];
+  callbackUrl?: string;
+  threadId?: string;
+  config?: ClientConfig;
+  apiRequest?: Record<string, unknown>;
+  /**
+   * A held run waits while its thread is busy, or with `'cancel'` stops the run that holds it.
+   * A queued run given `onBusy` is checked against a thread paused for a person at once
+   * (refused, or with `'cancel'` the paused run is cancelled); without it, it queues behind.
+   */
+  onBusy?: OnBusy;
+}
+
+/** The client-gone signal, or its maker: made only when first needed (most refusals never need it). */
+export type ClientGone = AbortSignal | (() => AbortSignal);
+
+/** Where a run stands when its waiting caller is answered. */
+export type Waited =
+  /** It ended, or it waits for a person. */
+  | { kind: 'settled'; run: RunRow }
+  /** The window passed first: it goes on. */
+  | { kind: 'pending'; run: RunRow }
+  /** This process began draining meanwhile: the run goes on elsewhere. */
+  | { kind: 'draining'; run: RunRow };
+
+export interface HeldRun {
+  run: RunRow;
+  /** Settles once `play` has and the user's place is given back; rejects as `play` does. */
+  done: Promise<void>;
+}
+
+/** Queues a run (or schedules it) and wakes a worker of its class; `withRun` writes more in its transaction. */
+export async function submitQueued(
+  deps: SubmissionDeps,
+  who: Principal,
+  request: RunRequest,
+  options: { withRun?: WithRun } = {},
+): Promise<RunRow> {
+  const newRun = await queuedRunOf(deps, who, request);
+  return admitQueued(deps, who, newRun, options.withRun);
+}
+
+/**
+ * Queues a run and holds its caller until it settles, at most the sync window (`windowMs`,
+ * by default AGENT_SYNC_TIMEOUT_MS). A waiting caller is held too: it takes one of the user's
+ * places for as long as it waits.
+ */
+export async function submitAndWait(
+  deps: SubmissionDeps,
+  who: Principal,
+  request: RunRequest,
+  options: { signal: ClientGone; windowMs?: number },
+): Promise<Waited> {
+  const newRun = await queuedRunOf(deps, who, request);
+  const release = await takePlace(deps, who, newRun.class);
+  try {
+    const run = await admitQueued(deps, who, newRun);
+    return await waitForRun(deps, run, signalOf(options.signal), options.windowMs);
+  } finally {
+    release();
+  }
+}
+
+/**
+ * Holds a caller until a queued run settles, at most the sync window; the run as it stands
+ * then. For a run that is queued already (a resumed one).
+ */
+export async function waitForRun(
+  deps: Pick<SubmissionDeps, 'db' | 'waiters' | 'settings'>,
+  run: RunRow,
+  signal: AbortSignal,
+  windowMs = deps.settings.syncTimeoutMs,
+): Promise<Waited> {
+  const result = await deps.waiters.wait(run.id, { timeoutMs: windowMs, signal });
+  const current = (await getRun(deps.db, run.tenant, run.id)) ?? run;
+  return result === 'closed' ? { kind: 'draining', run: current } : waited(current);
+}
+
+/**
+ * Admits a run held for its caller (the user's place, the thread, admission) and hands it to
+ * `play`, which executes it here. The place is given back once `play` has settled. With
+ * `onDisconnect: 'cancel'` the run stops when the client goes (at once if it has gone already);
+ * otherwise it goes on without it.
+ */
+export async function submitHeld(
+  deps: SubmissionDeps,
+  who: Principal,
+  request: RunRequest,
+  options: {
+    signal: ClientGone;
+    onDisconnect?: 'continue' | 'cancel';
+    play: (run: RunRow) => Promise<unknown>;
+  },
+): Promise<HeldRun> {
+  const newRun = await newRunOf(deps, who, request, true);
+  const { run, release } = await admitHeld(deps, who, newRun, request.onBusy ?? 'wait', options.signal);
+  let playing: Promise<unknown>;
+  try {
+    // Called at once: the executor registers the run before a disconnect can be heard.
+    playing = options.play(run);
+  } catch (error) {
+    release();
+    throw error;
+  }
+  if (options.onDisconnect === 'cancel') cancelOnLeave(deps.executor, run.id, signalOf(options.signal));
+  return { run, done: playing.then(() => undefined).finally(release) };
+}
+
+/** A held run executed here while its caller waits, at most the sync window; then it goes on. */
+export async function submitInline(
+  deps: SubmissionDeps,
+  who: Principal,
+  request: RunRequest,
+  options: { signal: ClientGone; onDisconnect?: 'continue' | 'cancel'; windowMs?: number },
+): Promise<Waited> {
+  let finished: Promise<RunRow | undefined> | undefined;
+  const { run, done } = await submitHeld(deps, who, request, {
+    ...options,
+    play: (admitted) => (finished = deps.executor.execute(admitted)),
+  });
+  void done.catch(() => undefined);
+  const windowMs = options.windowMs ?? deps.settings.syncTimeoutMs;
+  return waited(await waitForHeld(deps.db, run, finished!, windowMs));
+}
+
+const signalOf = (gone: ClientGone): AbortSignal => (typeof gone === 'function' ? gone() : gone);
+
+const waited = (run: RunRow): Waited => ({ kind: isSettled(run.status) ? 'settled' : 'pending', run });
+
+function cancelOnLeave(executor: Executor, runId: string, signal: AbortSignal): void {
+  if (signal.aborted) executor.stop(runId, 'cancel');
+  else signal.addEventListener('abort', () => executor.stop(runId, 'cancel'), { once: true });
+}
+
+/** The run to admit: its id chosen now (the thread is taken under it), its thread checked, its bounds set. */
+async function newRunOf(
+  deps: SubmissionDeps,
+  who: Principal,
+  request: RunRequest,
+  held: boolean,
+): Promise<NewRun> {
+  // System messages alone ask nothing: refused here, before the run would fail with nothing to answer.
+  const field = request.inputField ?? 'input';
+  if (Array.isArray(request.input) && request.input.every((m: { role?: unknown }) => m.role === 'system')) {
+    throw invalidInput(`\`${field}\` holds only system messages; add a user message`, field);
+  }
+  const thread =
+    request.threadId === undefined ? undefined : await getThread(deps.db, who.tenant, request.threadId);
+  if (request.threadId !== undefined && !thread) {
+    throw new RunRefusedError({ kind: 'thread_missing', threadId: request.threadId });
+  }
+  return {
+    id: newRunId(),
+    agent: request.agent,
+    class: request.class,
+    mode: held ? 'inline' : 'queued',
+    input: request.input,
+    metadata: request.metadata,
+    worker: deps.executor.node,
+    schedule: request.schedule,
+    callbackUrl: request.callbackUrl,
+    threadId: thread?.id,
+    config: runConfig(request.config, deps.settings, held),
+    apiRequest: request.apiRequest,
+  };
+}
+
+async function queuedRunOf(deps: SubmissionDeps, who: Principal, request: RunRequest): Promise<NewRun> {
+  const newRun = await newRunOf(deps, who, request, false);
+  if (request.onBusy !== undefined && newRun.threadId !== undefined) {
+    await clearPausedThread(deps, {
+      thread: { id: newRun.threadId, tenant: who.tenant },
+      who,
+      onBusy: request.onBusy,
+    });
+  }
+  return newRun;
+}
+
+/** An admission refusal, told to the metrics first. */
+function refused(deps: SubmissionDeps, who: Principal, refusal: Refusal): RunRefusedError {
+  deps.admissions?.refused(who.tenant, refusal);
+  return new RunRefusedError(refusal);
+}
+
+async function admitQueued(
+  deps: SubmissionDeps,
+  who: Principal,
+  newRun: NewRun,
+  withRun?: WithRun,
+): Promise<RunRow> {
+  const { db, settings } = deps;
+  const limits = deps.limitsFor(who.tenant);
+  const admission = await admitRun(db, who, newRun, limits, settings.statementTimeoutMs, deps.clock, withRun);
+  if (!admission.ok) throw refused(deps, who, admission.refusal);
+  deps.admissions?.admitted(newRun.class);
+  if (newRun.schedule === undefined) deps.executor.notify(newRun.class);
+  return admission.run;
+}
+
+/**
+ * Takes one of the user's places for a caller held on an open connection
+ * (runs.maxConcurrentPerUser), or refuses with scope `user`. Returns the release.
+ */
+async function takePlace(deps: SubmissionDeps, who: Principal, runClass: RunClass): Promise<() => void> {
+  const limit = deps.settings.maxConcurrentPerUser;
+  const place = await deps.places.take(placeKeys.heldRuns(who.tenant, who.user), limit);
+  if (!place.ok) {
+    throw refused(deps, who, {
+      kind: 'concurrency',
+      scope: 'user',
+      class: runClass,
+      limit: 'max_concurrent_per_user',
+      limitValue: limit,
+      active: place.held,
+      retryAfterMs: userRetryAfterMs(deps.db, who.tenant),
+    });
+  }
+  return place.release;
+}
+
+/** Why a thread could not be taken, as a refusal. */
+function threadRefusal(
+  lock: Exclude<HoldAttempt, { ok: true }>,
+  threadId: string,
+  waitedMs: number,
+): RunRefusal {
+  if ('missing' in lock) return { kind: 'thread_missing', threadId };
+  if ('closed' in lock) return { kind: 'draining' };
+  if ('requiresAction' in lock)
+    return { kind: 'thread_requires_action', threadId, runId: lock.requiresAction };
+  if ('forbidden' in lock) {
+    return { kind: 'thread_forbidden', threadId, activeRunId: lock.forbidden, paused: false };
+  }
+  return { kind: 'thread_busy', threadId, activeRunId: lock.activeRunId, waitedMs };
+}
+
+/**
+ * Admits a held run: the user's place first (cheap, in memory), then its thread (waiting while
+ * busy, as `onBusy` says), then admission. Whatever refuses, what was taken before is given
+ * back. The run is then `running` for this process, and the caller executes it.
+ */
+async function admitHeld(
+  deps: SubmissionDeps,
+  who: Principal,
+  newRun: NewRun,
+  onBusy: OnBusy,
+  gone: ClientGone,
+): Promise<{ run: RunRow; release: () => void }> {
+  const { db, settings } = deps;
+  const release = await takePlace(deps, who, newRun.class);
+  const id = newRun.id ?? newRunId();
+  const threadId = newRun.threadId;
+  let threadTaken = false;
+  try {
+    if (threadId !== undefined) {
+      const lock = await holdThread(deps, {
+        thread: { id: threadId, tenant: who.tenant },
+        runId: id,
+        who,
+        onBusy,
+        waitMs: settings.threadBusyWaitMs,
+        leaseMs: threadLeaseMs(settings),
+        signal: signalOf(gone),
+      });
+      if (!lock.ok) throw new RunRefusedError(threadRefusal(lock, threadId, settings.threadBusyWaitMs));
+      threadTaken = true;
+    }
+    const admission = await admitRun(
+      db,
+      who,
+      { ...newRun, id, mode: 'inline', threadLeaseMs: threadLeaseMs(settings) },
+      deps.limitsFor(who.tenant),
+      settings.statementTimeoutMs,
+      deps.clock,
+    );
+    if (!admission.ok) throw refused(deps, who, admission.refusal);
+    deps.admissions?.admitted(newRun.class);
+    return { run: admission.run, release };
+  } catch (error) {
+    release();
+    if (threadTaken) await unlockThread(db, threadId!, id).catch(() => undefined);
+    throw error;
+  }
+}
+
+/** Races a held run against the sync window; past it, the run as it stands. */
+async function waitForHeld(
+  db: Database,
+  run: RunRow,
+  finished: Promise<RunRow | undefined>,
+  windowMs: number,
+): Promise<RunRow> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const window = new Promise<'window'>((resolve) => (timer = setTimeout(() => resolve('window'), windowMs)));
+  const outcome = await Promise.race([finished, window]);
+  clearTimeout(timer);
+  if (outcome !== 'window' && outcome !== undefined) return outcome;
+  return (await getRun(db, run.tenant, run.id)) ?? run;
+}
