@@ -13,6 +13,8 @@ export default defineConfig({
   test: {
     include: ['packages/*/test/**/*.test.ts', 'examples/**/*.test.ts'],
     globalSetup: ['scripts/vitest-global-setup.ts'],
+    // The cleanup registry and, for the server's tests, the leak guard (see the file).
+    setupFiles: ['packages/server/test/harness/setup.ts'],
     // Servers started by tests log only errors unless asked otherwise: the run stays readable.
     env: { SLUICE_LOG_LEVEL: process.env.SLUICE_LOG_LEVEL ?? 'error' },
     // Server tests boot an embedded PGlite (a WebAssembly PostgreSQL) per test: seconds on a busy 2-core box.

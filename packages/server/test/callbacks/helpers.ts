@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import pg from 'pg';
-import { afterAll, afterEach, inject } from 'vitest';
+import { afterAll } from 'vitest';
 import { toDatabase, type Database } from '@sluice/postgres/database';
 import { ManualClock } from 'sluice/concurrency';
 import { migrate } from '../../src/store/store.js';
@@ -10,18 +10,9 @@ import {
   type CallbackDispatcherOptions,
   type DispatcherEvent,
 } from '../../src/callbacks/index.js';
+import { afterThisTest, postgres } from '../harness/index.js';
 
-export const postgres = inject('postgres');
-
-const cleanups: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
-
-/** Runs `cleanup` after the current test, last registered first. */
-export function afterThisTest(cleanup: () => Promise<void>): void {
-  cleanups.push(cleanup);
-}
+export { afterThisTest, deferred, postgres } from '../harness/index.js';
 
 let shared: Promise<{ db: Database; pool: pg.Pool; schema: string }> | undefined;
 
@@ -253,13 +244,6 @@ export class EventLog {
   errors(): DispatcherEvent[] {
     return this.events.filter((e) => e.type === 'error');
   }
-}
-
-/** A promise with its settle functions, for receivers that hold a request until told. */
-export function deferred<T = void>(): { promise: Promise<T>; resolve: (value: T) => void } {
-  let resolve!: (value: T) => void;
-  const promise = new Promise<T>((r) => (resolve = r));
-  return { promise, resolve };
 }
 
 /** The deliveries table, for assertions. */

@@ -18,7 +18,7 @@ import {
 } from './harness.js';
 
 // `node packages/server/bin/sluice.js serve`, as a process manager starts it, signalled or
-// failing while it starts. (A SIGTERM once it serves is in ../package.test.ts.)
+// failing while it starts. (A SIGTERM once it serves is in ../ops/package.test.ts.)
 
 /** Resolves once `check` holds, looking every 25 ms; for start-up steps of a loaded machine (up to 60 s). */
 async function eventually(check: () => boolean, what: string): Promise<void> {

@@ -1,0 +1,154 @@
+import { rmSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { createAgent } from 'sluice';
+import {
+  createApp,
+  defineConfig,
+  openStore,
+  resolveSettings,
+  serve,
+  type RunningServer,
+  type RunsConfig,
+  type ServerApp,
+  type ServerSettings,
+  type SluiceConfig,
+  type WebsocketConfig,
+} from '@sluice/server';
+import type { ProviderStandIn } from '@sluice/testkit';
+import { apiClientOf, type ApiClient, type Body } from './client.js';
+import { freshDatabase, preparedDataDir, runsLeftRunning } from './database.js';
+import { afterThisTest } from './registry.js';
+import { standInModel, startStandIn } from './stand-in.js';
+
+// The one way the server tests start a server: on a socket on 127.0.0.1 (what a client or a
+// stream sees) or behind `fastify.inject` (no socket: validation, shapes, fuzz), on a copy of
+// the migrated PGlite template or on a PostgreSQL database. It is closed after the test (or
+// after the file, when started in `beforeAll`), and the leak guard checks it let go of its
+// port, its runs and its timers.
+
+export interface TestServerOptions {
+  /** `socket`: listens on 127.0.0.1, port 0; `inject`: requests go through `fastify.inject`. @default 'socket' */
+  transport?: 'socket' | 'inject';
+  /** `pglite`: a copy of the migrated template; `postgres`: a new database of this run's PostgreSQL. @default 'pglite' */
+  database?: 'pglite' | 'postgres';
+  /** A PostgreSQL database to use instead (see `freshDatabase`), shared with another server, say. */
+  databaseUrl?: string;
+  settings?: Partial<ServerSettings>;
+  tenants?: SluiceConfig['tenants'];
+  /** Stand-in answers; default: "stall" in the prompt hangs, "fail" is a provider 400, else "done <prompt>". */
+  provider?: ProviderStandIn;
+  /** The config's `runs` block. */
+  runs?: RunsConfig;
+  /** The config's `websocket` block. */
+  websocket?: WebsocketConfig;
+  /** More agents beside `echo`, made for the stand-in's model (see `standInModel`). */
+  agents?: (model: ReturnType<typeof standInModel>) => SluiceConfig['agents'];
+}
+
+export interface TestServer extends ApiClient {
+  /** The server; `url` is empty under `inject`. */
+  server: RunningServer;
+  provider: ProviderStandIn;
+  /** The database's connection string; undefined on PGlite. */
+  databaseUrl: string | undefined;
+  statusOf(id: string): Promise<Body>;
+}
+
+/** A server with one `echo` agent (and `agents`) against the provider stand-in, closed after the test. */
+export async function startTestServer(options: TestServerOptions = {}): Promise<TestServer> {
+  const databaseUrl =
+    options.databaseUrl ?? (options.database === 'postgres' ? await freshDatabase() : undefined);
+  const dir = await preparedDataDir();
+  const provider = options.provider ?? (await startStandIn());
+  const model = standInModel(provider);
+  const config = defineConfig({
+    agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }), ...options.agents?.(model) },
+    tenants: options.tenants,
+    settings: options.settings,
+    runs: options.runs,
+    websocket: options.websocket,
+  });
+  const server =
+    options.transport === 'inject'
+      ? await injectedServer(config, dir, databaseUrl)
+      : await serve({ config, port: 0, dataDir: dir, databaseUrl: databaseUrl ?? '', logger: false });
+  ownServer(server, { databaseUrl, dir });
+  const client = await apiClientOf(
+    options.transport === 'inject' ? { store: server.store, app: server } : server,
+  );
+  return {
+    ...client,
+    server,
+    provider,
+    databaseUrl,
+    statusOf: async (id) => (await client.call('GET', `/agents/runs/${id}`)).body,
+  };
+}
+
+/** What `serve` builds, without the listening: the app and its background work on a store. */
+async function injectedServer(
+  config: SluiceConfig,
+  dir: string,
+  databaseUrl: string | undefined,
+): Promise<RunningServer> {
+  const settings = resolveSettings(config.settings, process.env, config.runs, config.websocket);
+  const store = await openStore({ databaseUrl, dataDir: resolve(dir, 'db') });
+  let app: ServerApp;
+  try {
+    app = await createApp({ store, config, settings, logger: false });
+    await app.start();
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
+  const running = app;
+  let ending: Promise<void> | undefined;
+  const end = (how: () => Promise<unknown>) =>
+    (ending ??= (async () => {
+      await how();
+      await store.close();
+    })());
+  return {
+    ...running,
+    url: '',
+    store,
+    config,
+    drain: async () => {
+      let interrupted: string[] = [];
+      await end(async () => (interrupted = await running.drain()));
+      return interrupted;
+    },
+    close: () => end(() => running.close()),
+  };
+}
+
+/**
+ * Registers `server`'s close (and the removal of its data folder) after the test, and the
+ * probe that checks it let go: not listening, no run executing, no caller waiting, and on
+ * PostgreSQL no run of its own left `running` in the database.
+ */
+export function ownServer(server: RunningServer, where: { databaseUrl?: string; dir?: string }): void {
+  const name = `the server${server.url ? ` at ${server.url}` : ' (inject)'}`;
+  afterThisTest(
+    async () => {
+      await server.close();
+      if (where.dir) rmSync(where.dir, { recursive: true, force: true });
+    },
+    name,
+    () => serverLeftovers(server, where.databaseUrl),
+  );
+}
+
+/** What of a server is still going: its port, the runs it executes, its waiting callers, its rows. */
+export async function serverLeftovers(server: ServerApp, databaseUrl?: string): Promise<string[]> {
+  const left: string[] = [];
+  if (server.fastify.server.listening) left.push('still listening');
+  if (server.executor.active > 0)
+    left.push(`runs still executing: ${server.executor.executing().join(', ')}`);
+  if (server.waiters.size > 0) left.push(`${server.waiters.size} caller(s) still waiting for a run`);
+  if (databaseUrl) {
+    const running = await runsLeftRunning(databaseUrl, server.executor.node);
+    if (running.length > 0) left.push(`runs left running in the database: ${running.join(', ')}`);
+  }
+  return left;
+}

@@ -1,0 +1,126 @@
+import { inFileScope, ownServer, ownStandIn, preparedDataDir } from '../helpers.js';
+import { beforeAll, expect, it } from 'vitest';
+import { createAgent } from 'sluice';
+import { createToken, defineConfig, serve, type RunningServer } from '@sluice/server';
+import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
+
+let server: RunningServer;
+let provider: ProviderStandIn;
+let dir: string;
+const tokens: Record<string, string> = {};
+
+beforeAll(() =>
+  inFileScope(async () => {
+    dir = await preparedDataDir();
+    provider = ownStandIn(
+      await startProviderStandIn({
+        reply: (r) => {
+          const last = String([...r.messages].reverse().find((m) => m.role === 'user')?.content ?? '');
+          if (last.includes('stall')) return { stall: true };
+          if (last.includes('fail')) return { status: 400, message: 'the model refused' };
+          return { text: 'ok', usage: { input: 1000, output: 1000 } };
+        },
+      }),
+    );
+    // Priced at $1 per million tokens each way: each run costs $0.002.
+    const model = {
+      api: 'openai-completions' as const,
+      provider: 'stand-in',
+      id: 'm',
+      baseUrl: provider.url,
+      cost: { input: 1, output: 1 },
+    };
+    server = await serve({
+      config: defineConfig({
+        agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) },
+        tenants: {
+          quota: { runs: { limit: 2, per: 'day' } },
+          spender: { spend: { limitUsd: 0.003, per: 'month' } },
+        },
+        settings: { maxActivePerProject: 1 },
+      }),
+      port: 0,
+      dataDir: dir,
+      databaseUrl: '',
+    });
+    ownServer(server, { dir });
+    for (const tenant of ['quota', 'spender']) {
+      tokens[tenant] = (
+        await createToken(server.store.db, { tenant, project: 'p', user: 'u', role: 'member' })
+      ).secret;
+    }
+    tokens.p1 = (
+      await createToken(server.store.db, { tenant: 'proj', project: 'p1', user: 'u', role: 'member' })
+    ).secret;
+    tokens.p2 = (
+      await createToken(server.store.db, { tenant: 'proj', project: 'p2', user: 'u', role: 'member' })
+    ).secret;
+  }),
+);
+
+const post = async (tenant: string, body: unknown) => {
+  const r = await fetch(`${server.url}/api/client/v1/agents/echo/runs`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${tokens[tenant]}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return {
+    status: r.status,
+    retryAfter: r.headers.get('retry-after'),
+    body: (await r.json()) as { id?: string; status?: string; error?: Record<string, unknown> },
+  };
+};
+
+it('the run quota: admitted runs count, a refused call costs nothing, then 429 agent_quota_exceeded with Retry-After: 60', async () => {
+  expect((await post('quota', { input: 'a' })).status).toBe(200);
+  // A refused call (bad input) is not a run and costs no quota unit.
+  expect((await post('quota', { input: 'b', colour: 'red' })).status).toBe(400);
+  expect((await post('quota', { input: 'c' })).status).toBe(200);
+  const refused = await post('quota', { input: 'd', class: 'deferred' });
+  expect(refused.status).toBe(429);
+  expect(refused.retryAfter).toBe('60');
+  expect(refused.body.error).toMatchObject({
+    type: 'agent_quota_exceeded',
+    limit_value: 2,
+    used: 2,
+    scope: 'tenant',
+  });
+});
+
+it('the spend limit: runs are priced from token usage and model prices; over it, 429 spend_limit_exceeded, not retryable', async () => {
+  expect((await post('spender', { input: 'a' })).status).toBe(200); // $0.002
+  expect((await post('spender', { input: 'b' })).status).toBe(200); // $0.004 > $0.003
+  const refused = await post('spender', { input: 'c' });
+  expect(refused.status).toBe(429);
+  expect(refused.retryAfter).toBeNull();
+  expect(refused.body.error).toMatchObject({ type: 'spend_limit_exceeded', limit_value: 0.003 });
+  expect(refused.body.error!.spent_usd).toBeCloseTo(0.004, 6);
+});
+
+it('the project cap: 429 with scope project, while another project of the tenant still gets through', async () => {
+  const held = await post('p1', { input: 'stall', wait: false });
+  expect(held.status).toBe(202);
+  // Queued or running, it holds the project's one place either way.
+  const refused = await post('p1', { input: 'more' });
+  expect(refused.status).toBe(429);
+  // Estimated from how fast the tenant's runs finish (runs/retry-after.ts): 1 to 60 s.
+  expect(refused.retryAfter).toMatch(/^([1-9]|[1-5]\d|60)$/);
+  expect(refused.body.error).toMatchObject({
+    type: 'agent_run_concurrency_limit',
+    scope: 'project',
+    limit_value: 1,
+    class: 'default',
+  });
+  expect((await post('p2', { input: 'other project' })).status).toBe(200);
+  await fetch(`${server.url}/api/client/v1/agents/runs/${held.body.id}/cancel`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${tokens.p1}` },
+  });
+});
+
+it('a run whose agent fails ends failed with agent_error and the reason', async () => {
+  const run = await post('p2', { input: 'please fail' });
+  expect(run.status).toBe(200);
+  expect(run.body).toMatchObject({ status: 'failed', error: { type: 'agent_error' } });
+  expect(String(run.body.error!.message)).toContain('the model refused');
+});
