@@ -1,20 +1,10 @@
 // The setup of the approval tests: a `bank` agent whose `transfer` tool needs approval (and a
 // `lookup` tool that does not) on a limiter of one slot, a provider stand-in that scripts the
 // model, and a server on a database that can outlive it (for restarts).
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { createAgent, createConcurrencyLimiter, tool } from 'sluice';
-import { defineConfig, serve, type RunningServer, type SluiceConfig } from '@sluice/server';
+import type { RunningServer, SluiceConfig } from '@sluice/server';
 import { startProviderStandIn, type ProviderStandIn, type StandInRequest } from '@sluice/testkit';
-import {
-  apiClientOf,
-  lastUserText,
-  preparedDataDir,
-  standInModel,
-  type Body,
-  type Reply,
-} from '../helpers.js';
+import { lastUserText, standInModel, startTestServer, type Body, type Reply } from '../helpers.js';
 
 /** The model: "pay N" calls transfer(N) and lookup; with the results, it says what it was told. */
 export function bankReply(request: StandInRequest) {
@@ -80,7 +70,7 @@ export interface ApprovalServer {
 
 /**
  * A server with the bank agents. On `databaseUrl` when given (a restart test opens a second
- * server on it), else on a copy of the PGlite template that is removed on close.
+ * server on it), else on a copy of the PGlite template. Closed after the test, or by `close`.
  */
 export async function startApprovalServer(options: {
   provider: ProviderStandIn;
@@ -88,26 +78,14 @@ export async function startApprovalServer(options: {
   databaseUrl?: string;
   tenants?: SluiceConfig['tenants'];
 }): Promise<ApprovalServer> {
-  const dir = options.databaseUrl
-    ? mkdtempSync(join(tmpdir(), 'sluice-approvals-'))
-    : await preparedDataDir();
-  const server = await serve({
-    config: defineConfig({ agents: bankAgents(options.provider, options.log), tenants: options.tenants }),
-    port: 0,
-    dataDir: dir,
-    databaseUrl: options.databaseUrl ?? '',
-    logger: false,
+  const { server, token, call } = await startTestServer({
+    provider: options.provider,
+    agents: () => bankAgents(options.provider, options.log),
+    echo: false,
+    databaseUrl: options.databaseUrl,
+    tenants: options.tenants,
   });
-  const { token, call } = await apiClientOf(server);
-  return {
-    server,
-    token,
-    call,
-    close: async () => {
-      await server.close();
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
+  return { server, token, call, close: () => server.close() };
 }
 
 export async function bankProvider(): Promise<ProviderStandIn> {

@@ -14,7 +14,15 @@ import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
 import { MemoryCacheStore } from '../../src/cache/memory.js';
 import { failedAuthKey, failedAuthLimit } from '../../src/http/auth.js';
 import { standardHeaders } from '../triggers/harness.js';
-import { lastUserText, preparedDataDir, standInModel, until, type Body } from '../helpers.js';
+import {
+  type Body,
+  lastUserText,
+  ownServer,
+  ownStandIn,
+  preparedDataDir,
+  standInModel,
+  until,
+} from '../helpers.js';
 
 /**
  * One server for the file (the CI budget): on embedded PGlite with the memory store, a per-user
@@ -28,15 +36,18 @@ let admin: string;
 let dir: string;
 
 beforeAll(async () => {
-  provider = await startProviderStandIn({
-    reply: (r) => (lastUserText(r).includes('stall') ? { stall: true } : { text: 'done' }),
-  });
+  provider = ownStandIn(
+    await startProviderStandIn({
+      reply: (r) => (lastUserText(r).includes('stall') ? { stall: true } : { text: 'done' }),
+    }),
+  );
   dir = await preparedDataDir();
   const config = defineConfig({
     agents: { echo: createAgent({ model: standInModel(provider), credentials: { apiKey: 'k' } }) },
     runs: { maxConcurrentPerUser: 1 },
   });
   server = await serve({ config, port: 0, dataDir: dir, databaseUrl: '', logger: false });
+  ownServer(server, { dir });
   admin = (await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' }))
     .secret;
   const proxied = await createApp({

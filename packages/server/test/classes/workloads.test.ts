@@ -4,7 +4,15 @@ import { createAgent } from 'sluice';
 import { createConcurrencyLimiter } from 'sluice/concurrency';
 import { createToken, defineConfig, serve, type RunningServer } from '@sluice/server';
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
-import { lastUserText, preparedDataDir, standInModel, until, type Body } from '../helpers.js';
+import {
+  type Body,
+  lastUserText,
+  ownServer,
+  ownStandIn,
+  preparedDataDir,
+  standInModel,
+  until,
+} from '../helpers.js';
 
 /**
  * Run classes on the provider limiter: with `classes` mapping deferred runs to the `background`
@@ -34,20 +42,22 @@ let deferredMaxInFlight = 0;
 let interactiveAnswered = 0;
 
 beforeAll(async () => {
-  provider = await startProviderStandIn({
-    reply: async (r) => {
-      const prompt = lastUserText(r);
-      if (!prompt.startsWith('deferred')) {
-        interactiveAnswered++;
-        return { text: `now: ${prompt}`, usage: { input: 1, output: 1 } };
-      }
-      deferredInFlight++;
-      deferredMaxInFlight = Math.max(deferredMaxInFlight, deferredInFlight);
-      await new Promise<void>((release) => held.push(release));
-      deferredInFlight--;
-      return { text: `later: ${prompt}`, usage: { input: 1, output: 1 } };
-    },
-  });
+  provider = ownStandIn(
+    await startProviderStandIn({
+      reply: async (r) => {
+        const prompt = lastUserText(r);
+        if (!prompt.startsWith('deferred')) {
+          interactiveAnswered++;
+          return { text: `now: ${prompt}`, usage: { input: 1, output: 1 } };
+        }
+        deferredInFlight++;
+        deferredMaxInFlight = Math.max(deferredMaxInFlight, deferredInFlight);
+        await new Promise<void>((release) => held.push(release));
+        deferredInFlight--;
+        return { text: `later: ${prompt}`, usage: { input: 1, output: 1 } };
+      },
+    }),
+  );
   dir = await preparedDataDir();
   server = await serve({
     config: defineConfig({
@@ -67,6 +77,7 @@ beforeAll(async () => {
     databaseUrl: '',
     logger: false,
   });
+  ownServer(server, { dir });
   token = (await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' }))
     .secret;
 });

@@ -2,7 +2,15 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { createAgent } from 'sluice';
 import { createToken, defineConfig, serve } from '@sluice/server';
-import { afterThisTest, freshDatabase, postgres, startStandIn, startTestServer, until } from '../helpers.js';
+import {
+  afterThisTest,
+  freshDatabase,
+  ownServer,
+  postgres,
+  startStandIn,
+  startTestServer,
+  until,
+} from '../helpers.js';
 
 it('M2: a scheduled run can be canceled, and then never runs', async () => {
   const { call, statusOf, server, provider } = await startTestServer();
@@ -43,9 +51,9 @@ describe.runIf(postgres)('cancel across processes', () => {
         logger: false,
       });
     const a = await start();
-    afterThisTest(() => a.close());
+    ownServer(a, { databaseUrl: database });
     const b = await start();
-    afterThisTest(() => b.close());
+    ownServer(b, { databaseUrl: database });
     const token = (await createToken(a.store.db, { tenant: 't', project: 'p', user: 'u', role: 'member' }))
       .secret;
     const call = (url: string, method: string, path: string, body?: unknown) =>

@@ -10,7 +10,9 @@ import {
   databaseNameOf,
   freshDatabase,
   lastUserText,
+  ownServer,
   postgres,
+  preparedDataDir,
   startDatabaseProxy,
   throughProxy,
   until,
@@ -44,7 +46,7 @@ describe.runIf(postgres)('database faults on PostgreSQL', () => {
       databaseUrl: throughProxy(database, proxy.port),
       logger: false,
     });
-    afterThisTest(() => server.close());
+    ownServer(server, {});
     const token = (
       await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'member' })
     ).secret;
@@ -109,7 +111,7 @@ describe.runIf(postgres)('database faults on PostgreSQL', () => {
       databaseUrl: database,
       logger: false,
     });
-    afterThisTest(() => server.close());
+    ownServer(server, {});
     const token = (
       await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'member' })
     ).secret;
@@ -208,11 +210,9 @@ describe('text jsonb cannot hold', () => {
   it('H2: an answer with U+0000 and a lone surrogate is stored cleaned, and the process goes on', async () => {
     const weird = { run: async () => ({ text: 'a\u0000b\ud800c', data: undefined, usage: { cost: 0 } }) };
     const config = defineConfig({ agents: { weird: weird as never } });
-    const dir = (await import('node:fs')).mkdtempSync(
-      (await import('node:path')).join((await import('node:os')).tmpdir(), 'sluice-nul-'),
-    );
+    const dir = await preparedDataDir();
     const server = await serve({ config, port: 0, dataDir: dir, databaseUrl: '', logger: false });
-    afterThisTest(() => server.close());
+    ownServer(server, { dir });
     const token = (
       await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'member' })
     ).secret;

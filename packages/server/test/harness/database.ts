@@ -65,6 +65,7 @@ export async function freshDatabase(): Promise<string> {
 /** A pool on `url`, ended after the test; the guard checks that it holds no connection then. */
 export function testPool(url: string, max = 2): pg.Pool {
   const pool = new pg.Pool({ connectionString: url, max });
+  pool.on('error', () => undefined); // its database may be dropped after the test
   afterThisTest(
     () => pool.end(),
     'a test pool',

@@ -10,7 +10,7 @@ export {
   testPool,
 } from './database.js';
 export { deferred, type Deferred } from './deferred.js';
-export { afterThisFile, afterThisTest, inFileScope, watchForLeaks } from './registry.js';
+export { afterThisFile, afterThisTest, watchForLeaks } from './registry.js';
 export {
   ownServer,
   serverLeftovers,
@@ -18,6 +18,7 @@ export {
   type TestServer,
   type TestServerOptions,
 } from './server.js';
+export { openTestStore } from './store.js';
 export { lastUserText, ownStandIn, standInModel, startStandIn } from './stand-in.js';
 export {
   databaseNameOf,

@@ -1,7 +1,7 @@
 // The one cleanup registry of the server tests. Whatever a test starts (a server, a stand-in,
 // a database, a proxy, a child process) registers how to close it here, and the setup file's
-// `afterEach` closes it after that test, last registered first. Something started for a whole
-// file (in `beforeAll`) registers with `afterThisFile` instead and is closed after its last test.
+// `afterEach` closes it after that test, last registered first. What a `beforeAll` starts
+// belongs to the file instead, and is closed after the file's last test.
 //
 // A cleanup may come with a probe: right after the close (before what was registered earlier
 // is closed, a database say), the leak guard asks it what of the resource is still open, so
@@ -20,12 +20,22 @@ type Scope = Entry[];
 
 const testScope: Scope = [];
 const fileScope: Scope = [];
-let inFileHook = false;
-const current = () => (inFileHook ? fileScope : testScope);
+// Set by the setup file's first `beforeEach` and cleared by its last `afterEach`: outside
+// them, a registration comes from a `beforeAll` (or an `afterAll`).
+let inTest = false;
+const current = () => (inTest ? testScope : fileScope);
+
+export function enterTest(): void {
+  inTest = true;
+}
+
+export function leaveTest(): void {
+  inTest = false;
+}
 
 /**
- * Runs `cleanup` after the current test (after the file, inside `inFileScope`), last registered
- * first; then `probe`, if given, says what of the resource is still open.
+ * Runs `cleanup` after the current test (after the file, when called from `beforeAll`), last
+ * registered first; then `probe`, if given, says what of the resource is still open.
  */
 export function afterThisTest(cleanup: Cleanup, what = 'a cleanup', probe?: LeakProbe): void {
   current().push({ what, cleanup, probe });
@@ -39,19 +49,6 @@ export function afterThisFile(cleanup: Cleanup, what = 'a cleanup', probe?: Leak
 /** Asks `probe`, at this point of the closes (last registered first), what is still open. */
 export function watchForLeaks(what: string, probe: LeakProbe): void {
   current().push({ what, probe });
-}
-
-/**
- * Marks the body of a `beforeAll` (see `beforeAllTests`): what it registers belongs to the
- * file, not to the first test that happens to run after it.
- */
-export async function inFileScope<T>(start: () => Promise<T>): Promise<T> {
-  inFileHook = true;
-  try {
-    return await start();
-  } finally {
-    inFileHook = false;
-  }
 }
 
 /** Closes what the scope holds, last first; every close runs even when one fails. */

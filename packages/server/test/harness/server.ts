@@ -1,5 +1,6 @@
-import { rmSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { createAgent } from 'sluice';
 import {
   createApp,
@@ -12,13 +13,14 @@ import {
   type ServerApp,
   type ServerSettings,
   type SluiceConfig,
+  type Store,
   type WebsocketConfig,
 } from '@sluice/server';
 import type { ProviderStandIn } from '@sluice/testkit';
 import { apiClientOf, type ApiClient, type Body } from './client.js';
 import { freshDatabase, preparedDataDir, runsLeftRunning } from './database.js';
 import { afterThisTest } from './registry.js';
-import { standInModel, startStandIn } from './stand-in.js';
+import { standInModel, startStandIn, type Price } from './stand-in.js';
 
 // The one way the server tests start a server: on a socket on 127.0.0.1 (what a client or a
 // stream sees) or behind `fastify.inject` (no socket: validation, shapes, fuzz), on a copy of
@@ -43,6 +45,16 @@ export interface TestServerOptions {
   websocket?: WebsocketConfig;
   /** More agents beside `echo`, made for the stand-in's model (see `standInModel`). */
   agents?: (model: ReturnType<typeof standInModel>) => SluiceConfig['agents'];
+  /** The `echo` agent; false: only `agents`. @default true */
+  echo?: boolean;
+  /** The stand-in model's price. @default $0.001 per million tokens each way */
+  price?: Price;
+  /** Wraps the store the app sees (to count its statements, say). */
+  wrapStore?: (store: Store) => Store;
+  /** The background work (workers, sweeps, notifications); false: none, inline runs still execute. @default true */
+  background?: boolean;
+  /** A whole config instead of the one built from the options above (agents, tenants, settings...). */
+  config?: SluiceConfig;
 }
 
 export interface TestServer extends ApiClient {
@@ -58,20 +70,38 @@ export interface TestServer extends ApiClient {
 export async function startTestServer(options: TestServerOptions = {}): Promise<TestServer> {
   const databaseUrl =
     options.databaseUrl ?? (options.database === 'postgres' ? await freshDatabase() : undefined);
-  const dir = await preparedDataDir();
+  const dir = databaseUrl ? mkdtempSync(join(tmpdir(), 'sluice-server-test-')) : await preparedDataDir();
   const provider = options.provider ?? (await startStandIn());
-  const model = standInModel(provider);
-  const config = defineConfig({
-    agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }), ...options.agents?.(model) },
-    tenants: options.tenants,
-    settings: options.settings,
-    runs: options.runs,
-    websocket: options.websocket,
-  });
-  const server =
-    options.transport === 'inject'
-      ? await injectedServer(config, dir, databaseUrl)
-      : await serve({ config, port: 0, dataDir: dir, databaseUrl: databaseUrl ?? '', logger: false });
+  const model = standInModel(provider, options.price);
+  const config =
+    options.config ??
+    defineConfig({
+      agents: {
+        ...(options.echo === false ? {} : { echo: createAgent({ model, credentials: { apiKey: 'k' } }) }),
+        ...options.agents?.(model),
+      },
+      tenants: options.tenants,
+      settings: options.settings,
+      runs: options.runs,
+      websocket: options.websocket,
+    });
+  const inject = options.transport === 'inject';
+  let server: RunningServer;
+  try {
+    server =
+      inject || options.wrapStore || options.background === false
+        ? await appServer(config, {
+            dir,
+            databaseUrl,
+            listen: !inject,
+            wrapStore: options.wrapStore,
+            background: options.background ?? true,
+          })
+        : await serve({ config, port: 0, dataDir: dir, databaseUrl: databaseUrl ?? '', logger: false });
+  } catch (error) {
+    rmSync(dir, { recursive: true, force: true });
+    throw error;
+  }
   ownServer(server, { databaseUrl, dir });
   const client = await apiClientOf(
     options.transport === 'inject' ? { store: server.store, app: server } : server,
@@ -85,20 +115,32 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
   };
 }
 
-/** What `serve` builds, without the listening: the app and its background work on a store. */
-async function injectedServer(
+/**
+ * What `serve` builds, from its parts: the store (wrapped if asked), the app, listening on
+ * 127.0.0.1 or not at all (for `inject`), and its background work.
+ */
+async function appServer(
   config: SluiceConfig,
-  dir: string,
-  databaseUrl: string | undefined,
+  options: {
+    dir: string;
+    databaseUrl?: string;
+    listen: boolean;
+    wrapStore?: (store: Store) => Store;
+    background: boolean;
+  },
 ): Promise<RunningServer> {
   const settings = resolveSettings(config.settings, process.env, config.runs, config.websocket);
-  const store = await openStore({ databaseUrl, dataDir: resolve(dir, 'db') });
-  let app: ServerApp;
+  const store = await openStore({ databaseUrl: options.databaseUrl, dataDir: resolve(options.dir, 'db') });
+  let app: ServerApp | undefined;
+  let url = '';
   try {
-    app = await createApp({ store, config, settings, logger: false });
-    await app.start();
+    app = await createApp({ store: options.wrapStore?.(store) ?? store, config, settings, logger: false });
+    if (options.listen) url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
+    if (options.background) await app.start();
   } catch (error) {
+    await app?.close().catch(() => undefined);
     await store.close();
+    await config.close?.();
     throw error;
   }
   const running = app;
@@ -107,10 +149,11 @@ async function injectedServer(
     (ending ??= (async () => {
       await how();
       await store.close();
+      await config.close?.();
     })());
   return {
     ...running,
-    url: '',
+    url,
     store,
     config,
     drain: async () => {
@@ -127,7 +170,10 @@ async function injectedServer(
  * probe that checks it let go: not listening, no run executing, no caller waiting, and on
  * PostgreSQL no run of its own left `running` in the database.
  */
-export function ownServer(server: RunningServer, where: { databaseUrl?: string; dir?: string }): void {
+export function ownServer(
+  server: ServerApp & { readonly url?: string },
+  where: { databaseUrl?: string; dir?: string },
+): void {
   const name = `the server${server.url ? ` at ${server.url}` : ' (inject)'}`;
   afterThisTest(
     async () => {

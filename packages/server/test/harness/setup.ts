@@ -1,5 +1,6 @@
 import { afterAll, afterEach, beforeEach, expect } from 'vitest';
 import { assertNoLeaks, findFileLeaks, findTestLeaks } from './leak-guard.js';
+import { enterTest, leaveTest } from './registry.js';
 import { markTestStart, trackTimers } from './timers.js';
 
 // The vitest setup file (vitest.config.ts `setupFiles`), run before each test file: after each
@@ -10,6 +11,12 @@ import { markTestStart, trackTimers } from './timers.js';
 const serverTests = /\/packages\/server\/test\//;
 if (serverTests.test(expect.getState().testPath ?? '')) trackTimers();
 
-beforeEach(markTestStart);
-afterEach(async () => assertNoLeaks(await findTestLeaks()));
+beforeEach(() => {
+  enterTest();
+  markTestStart();
+});
+afterEach(async () => {
+  leaveTest();
+  assertNoLeaks(await findTestLeaks());
+});
 afterAll(async () => assertNoLeaks(await findFileLeaks()));

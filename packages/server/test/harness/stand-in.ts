@@ -5,13 +5,19 @@ import { afterThisTest } from './registry.js';
 export const lastUserText = (r: { messages: readonly { role: string; content?: unknown }[] }) =>
   String([...r.messages].reverse().find((m) => m.role === 'user')?.content ?? '');
 
-/** The stand-in as a model for `createAgent`, priced so usage has a cost. */
-export const standInModel = (provider: ProviderStandIn) => ({
+/** Dollars per million tokens, each way. */
+export interface Price {
+  input: number;
+  output: number;
+}
+
+/** The stand-in as a model for `createAgent`, priced so usage has a cost ($0.001 per million by default). */
+export const standInModel = (provider: ProviderStandIn, cost: Price = { input: 0.001, output: 0.001 }) => ({
   api: 'openai-completions' as const,
   provider: 'stand-in',
   id: 'm',
   baseUrl: provider.url,
-  cost: { input: 0.001, output: 0.001 },
+  cost,
 });
 
 /** Registers a stand-in's close after the test. */

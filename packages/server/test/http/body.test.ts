@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { useInjectHarness } from '../harness/inject.js';
+import { useInjectHarness } from './principals.js';
 import { expectError } from './expect-error.js';
 
 // Rows of the review's fuzz table about the create-run body, through `inject` (no socket, no

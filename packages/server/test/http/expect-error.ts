@@ -1,5 +1,5 @@
 import { expect } from 'vitest';
-import { errorShapeProblem, type Answer } from '../harness/inject.js';
+import { errorShapeProblem, type Answer } from './principals.js';
 
 /**
  * Checks an error answer: its status, the one body shape, its type, and the field it names

@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import type { TokenName } from '../harness/inject.js';
+import type { TokenName } from './principals.js';
 
 /**
  * Generators of hostile HTTP requests for the fuzz test: bodies, query strings, headers and

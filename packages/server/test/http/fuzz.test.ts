@@ -1,10 +1,8 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { serve, type RunningServer } from '@sluice/server';
-import { errorShapeProblem, harnessConfig, mintTokens, type TokenName } from '../harness/inject.js';
+import { ownServer, preparedDataDir } from '../helpers.js';
+import { errorShapeProblem, harnessConfig, mintTokens, type TokenName } from './principals.js';
 import { fuzzCase, renderCase, routes, type CaseKind, type FuzzCase } from './fuzz-cases.js';
 import { rawExchange, type RawExchange } from './raw-client.js';
 
@@ -22,19 +20,15 @@ let tokens: Record<TokenName, string>;
 let runId: string;
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'sluice-fuzz-'));
+  dir = await preparedDataDir();
   // Held calls end within 10 s whatever a generated body asks for.
   const { config } = await harnessConfig({ syncTimeoutMs: 10_000 });
   server = await serve({ config, port: 0, dataDir: dir, databaseUrl: '', logger: false });
+  ownServer(server, { dir });
   port = Number(new URL(server.url).port);
   tokens = await mintTokens(server.store);
   runId = (await createRun()).body.id as string;
 }, 180_000);
-
-afterAll(async () => {
-  await server?.close();
-  rmSync(dir, { recursive: true, force: true });
-}, 60_000);
 
 async function createRun() {
   const response = await fetch(`${server.url}/api/client/v1/agents/echo/runs`, {

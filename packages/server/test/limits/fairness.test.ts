@@ -1,25 +1,11 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { openStore, type Store } from '@sluice/server';
+import type { Store } from '@sluice/server';
 import { claimDeferredRun } from '../../src/runs/claims.js';
-import { afterThisTest, freshDatabase, postgres, startTestServer, until } from '../helpers.js';
+import { openTestStore, postgres, startTestServer, until } from '../helpers.js';
 import { countingDatabase, type QueryCounts } from './harness.js';
 
-/** A store of its own: embedded PGlite in a temporary folder, or a fresh PostgreSQL database. */
-async function storeOn(backend: 'pglite' | 'postgres'): Promise<Store> {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-fairness-'));
-  const store = await openStore({
-    dataDir: join(dir, 'db'),
-    databaseUrl: backend === 'postgres' ? await freshDatabase() : undefined,
-  });
-  afterThisTest(async () => {
-    await store.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-  return store;
-}
+/** A store of its own: a copy of the PGlite template, or a fresh PostgreSQL database. */
+const storeOn = (backend: 'pglite' | 'postgres'): Promise<Store> => openTestStore(backend);
 
 /** The columns every inserted run needs; the rest are given per statement. */
 const runColumns = `id, tenant, project, user_id, agent, mode, input`;

@@ -1,42 +1,26 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { Database } from '@sluice/postgres/database';
 import type { Agent } from 'sluice';
-import { createAgent } from 'sluice';
-import {
-  createApp,
-  createToken,
-  defineConfig,
-  openStore,
-  resolveSettings,
-  serve,
-  type RunningServer,
-  type ServerApp,
-  type ServerSettings,
-  type SluiceConfig,
-} from '@sluice/server';
+import type { RunningServer, ServerApp, ServerSettings, SluiceConfig } from '@sluice/server';
 import type { ProviderStandIn } from '@sluice/testkit';
-import { afterThisTest, startStandIn, type Body, type Reply } from '../helpers.js';
+import { standInModel as pricedModel, startTestServer, type Reply, type Who } from '../helpers.js';
 
-/** What the limits tests need beyond the shared harness: their own agents, and a store they can watch. */
+/**
+ * What the limits tests need beyond the shared harness: their agents priced at $1 per million
+ * tokens each way (so spend limits are reached in a few runs), member tokens by default, the
+ * token before the body in `call`, and a store whose statements they can count.
+ */
 
-type Who = Partial<{ tenant: string; project: string; user: string; role: 'admin' | 'member' | 'read' }>;
+const price = { input: 1, output: 1 };
 
 /** The model of every agent here: the stand-in, priced at $1 per million tokens each way. */
-export function standInModel(provider: ProviderStandIn) {
-  return {
-    api: 'openai-completions' as const,
-    provider: 'stand-in',
-    id: 'm',
-    baseUrl: provider.url,
-    cost: { input: 1, output: 1 },
-  };
-}
+export const standInModel = (provider: ProviderStandIn) => pricedModel(provider, price);
 
 /** Requests to a server's API, as the token given. */
-export function apiClient(url: string) {
-  return async (method: string, path: string, token: string, body?: unknown): Promise<Reply> => {
+export type LimitsCall = (method: string, path: string, token: string, body?: unknown) => Promise<Reply>;
+
+/** Requests to the server at `url` (by socket), as the token given. */
+export function apiClient(url: string): LimitsCall {
+  return async (method, path, token, body) => {
     const r = await fetch(`${url}/api/client/v1${path}`, {
       method,
       headers: {
@@ -49,7 +33,8 @@ export function apiClient(url: string) {
       status: r.status,
       retryAfter: r.headers.get('retry-after'),
       headers: r.headers,
-      body: (await r.json()) as Body,
+      // eslint-disable-next-line @typescript-eslint/no-explicit-any -- bodies are checked field by field
+      body: (await r.json()) as Record<string, any>,
     };
   };
 }
@@ -58,7 +43,7 @@ export interface AgentServer {
   server: RunningServer;
   provider: ProviderStandIn;
   token(who?: Who): Promise<string>;
-  call: ReturnType<typeof apiClient>;
+  call: LimitsCall;
 }
 
 /** A server on embedded PGlite with the agents given (built on the stand-in's model), closed after the test. */
@@ -68,33 +53,13 @@ export async function startAgentServer(options: {
   tenants?: SluiceConfig['tenants'];
   settings?: Partial<ServerSettings>;
 }): Promise<AgentServer> {
-  const provider = options.provider ?? (await startStandIn());
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-limits-'));
-  const server = await serve({
-    config: defineConfig({
-      agents: options.agents(standInModel(provider)),
-      tenants: options.tenants,
-      settings: options.settings,
-    }),
-    port: 0,
-    dataDir: dir,
-    databaseUrl: '',
-    logger: false,
-  });
-  afterThisTest(async () => {
-    await server.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-  const token = async (who: Who = {}) =>
-    (
-      await createToken(server.store.db, {
-        tenant: who.tenant ?? 't',
-        project: who.project ?? 'p',
-        user: who.user ?? 'u',
-        role: who.role ?? 'member',
-      })
-    ).secret;
-  return { server, provider, token, call: apiClient(server.url) };
+  const t = await startTestServer({ ...options, echo: false, price });
+  return {
+    server: t.server,
+    provider: t.provider,
+    token: (who = {}) => t.token({ role: 'member', ...who }),
+    call: (method, path, token, body) => t.call(method, path, body, token),
+  };
 }
 
 /** Statements a database handle was asked to run, counted as they start. */
@@ -122,8 +87,8 @@ export function countingDatabase(db: Database, counts: QueryCounts): Database {
 }
 
 /**
- * An app built with `createApp` over an embedded store whose every statement is counted,
- * listening on a free port and started; closed after the test.
+ * A server whose every statement is counted (the tokens are minted beside the count), listening
+ * on a free port and started; closed after the test.
  */
 export async function startCountedApp(settings: Partial<ServerSettings>): Promise<{
   app: ServerApp;
@@ -132,33 +97,17 @@ export async function startCountedApp(settings: Partial<ServerSettings>): Promis
   provider: ProviderStandIn;
   token(who?: Who): Promise<string>;
 }> {
-  const provider = await startStandIn();
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-counted-'));
-  const store = await openStore({ dataDir: join(dir, 'db') });
   const counts: QueryCounts = { queries: 0, transactions: 0 };
-  const app = await createApp({
-    store: { ...store, db: countingDatabase(store.db, counts) },
-    config: defineConfig({
-      agents: { echo: createAgent({ model: standInModel(provider), credentials: { apiKey: 'k' } }) },
-    }),
-    settings: resolveSettings(settings, {}),
-    logger: false,
+  const t = await startTestServer({
+    settings,
+    price,
+    wrapStore: (store) => ({ ...store, db: countingDatabase(store.db, counts) }),
   });
-  const url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
-  await app.start();
-  afterThisTest(async () => {
-    await app.close();
-    await store.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-  const token = async (who: Who = {}) =>
-    (
-      await createToken(store.db, {
-        tenant: who.tenant ?? 't',
-        project: who.project ?? 'p',
-        user: who.user ?? 'u',
-        role: who.role ?? 'member',
-      })
-    ).secret;
-  return { app, url, counts, provider, token };
+  return {
+    app: t.server,
+    url: t.server.url,
+    counts,
+    provider: t.provider,
+    token: (who = {}) => t.token({ role: 'member', ...who }),
+  };
 }

@@ -1,4 +1,4 @@
-import { inFileScope, ownServer, ownStandIn, preparedDataDir } from '../helpers.js';
+import { ownServer, ownStandIn, preparedDataDir } from '../helpers.js';
 import { beforeAll, expect, it } from 'vitest';
 import { createAgent } from 'sluice';
 import { createToken, defineConfig, serve, type RunningServer } from '@sluice/server';
@@ -9,54 +9,52 @@ let provider: ProviderStandIn;
 let dir: string;
 const tokens: Record<string, string> = {};
 
-beforeAll(() =>
-  inFileScope(async () => {
-    dir = await preparedDataDir();
-    provider = ownStandIn(
-      await startProviderStandIn({
-        reply: (r) => {
-          const last = String([...r.messages].reverse().find((m) => m.role === 'user')?.content ?? '');
-          if (last.includes('stall')) return { stall: true };
-          if (last.includes('fail')) return { status: 400, message: 'the model refused' };
-          return { text: 'ok', usage: { input: 1000, output: 1000 } };
-        },
-      }),
-    );
-    // Priced at $1 per million tokens each way: each run costs $0.002.
-    const model = {
-      api: 'openai-completions' as const,
-      provider: 'stand-in',
-      id: 'm',
-      baseUrl: provider.url,
-      cost: { input: 1, output: 1 },
-    };
-    server = await serve({
-      config: defineConfig({
-        agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) },
-        tenants: {
-          quota: { runs: { limit: 2, per: 'day' } },
-          spender: { spend: { limitUsd: 0.003, per: 'month' } },
-        },
-        settings: { maxActivePerProject: 1 },
-      }),
-      port: 0,
-      dataDir: dir,
-      databaseUrl: '',
-    });
-    ownServer(server, { dir });
-    for (const tenant of ['quota', 'spender']) {
-      tokens[tenant] = (
-        await createToken(server.store.db, { tenant, project: 'p', user: 'u', role: 'member' })
-      ).secret;
-    }
-    tokens.p1 = (
-      await createToken(server.store.db, { tenant: 'proj', project: 'p1', user: 'u', role: 'member' })
+beforeAll(async () => {
+  dir = await preparedDataDir();
+  provider = ownStandIn(
+    await startProviderStandIn({
+      reply: (r) => {
+        const last = String([...r.messages].reverse().find((m) => m.role === 'user')?.content ?? '');
+        if (last.includes('stall')) return { stall: true };
+        if (last.includes('fail')) return { status: 400, message: 'the model refused' };
+        return { text: 'ok', usage: { input: 1000, output: 1000 } };
+      },
+    }),
+  );
+  // Priced at $1 per million tokens each way: each run costs $0.002.
+  const model = {
+    api: 'openai-completions' as const,
+    provider: 'stand-in',
+    id: 'm',
+    baseUrl: provider.url,
+    cost: { input: 1, output: 1 },
+  };
+  server = await serve({
+    config: defineConfig({
+      agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) },
+      tenants: {
+        quota: { runs: { limit: 2, per: 'day' } },
+        spender: { spend: { limitUsd: 0.003, per: 'month' } },
+      },
+      settings: { maxActivePerProject: 1 },
+    }),
+    port: 0,
+    dataDir: dir,
+    databaseUrl: '',
+  });
+  ownServer(server, { dir });
+  for (const tenant of ['quota', 'spender']) {
+    tokens[tenant] = (
+      await createToken(server.store.db, { tenant, project: 'p', user: 'u', role: 'member' })
     ).secret;
-    tokens.p2 = (
-      await createToken(server.store.db, { tenant: 'proj', project: 'p2', user: 'u', role: 'member' })
-    ).secret;
-  }),
-);
+  }
+  tokens.p1 = (
+    await createToken(server.store.db, { tenant: 'proj', project: 'p1', user: 'u', role: 'member' })
+  ).secret;
+  tokens.p2 = (
+    await createToken(server.store.db, { tenant: 'proj', project: 'p2', user: 'u', role: 'member' })
+  ).secret;
+});
 
 const post = async (tenant: string, body: unknown) => {
   const r = await fetch(`${server.url}/api/client/v1/agents/echo/runs`, {

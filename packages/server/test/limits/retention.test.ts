@@ -1,21 +1,10 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { expect, it } from 'vitest';
-import { openStore, type Store } from '@sluice/server';
+import type { Store } from '@sluice/server';
 import { pruneNodes } from '../../src/node/nodes.js';
 import { BATCH, expireRuns } from '../../src/runs/lifecycle.js';
-import { afterThisTest } from '../helpers.js';
+import { openTestStore } from '../helpers.js';
 
-async function embeddedStore(): Promise<Store> {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-retention-'));
-  const store = await openStore({ dataDir: join(dir, 'db') });
-  afterThisTest(async () => {
-    await store.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-  return store;
-}
+const embeddedStore = (): Promise<Store> => openTestStore('pglite');
 
 it('L13: expiry moves at most its batch per pass, so a large backlog is ended over several short passes', async () => {
   const store = await embeddedStore();

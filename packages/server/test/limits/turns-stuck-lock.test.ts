@@ -61,7 +61,8 @@ describe('turns and the fast path', () => {
 
   it('on embedded PGlite a burst is admitted up to the cap exactly, in arrival order', async () => {
     const dir = await preparedDataDir();
-    const store = await openStore({ dataDir: dir });
+    // The template's copy is in dir/db (a store opened on dir itself would initdb a new one).
+    const store = await openStore({ dataDir: join(dir, 'db') });
     afterThisTest(async () => {
       await store.close();
       rmSync(dir, { recursive: true, force: true });

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAgent } from 'sluice';
 import { createToken, defineConfig, serve, type RunningServer } from '@sluice/server';
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
-import { lastUserText, preparedDataDir, standInModel, until } from '../helpers.js';
+import { lastUserText, ownServer, ownStandIn, preparedDataDir, standInModel, until } from '../helpers.js';
 
 // One server in this process whose pino stream is captured: every line is parsed, each request's
 // lines carry its id, and a token and a prompt marker sent every way a client can send them
@@ -34,14 +34,16 @@ const lines = (): Line[] =>
 
 beforeAll(async () => {
   dir = await preparedDataDir();
-  provider = await startProviderStandIn({
-    reply: (r) => {
-      const text = lastUserText(r);
-      // A provider whose error quotes the input back, as real ones do.
-      if (text.includes('fail')) return { status: 400, message: `cannot answer "${text}"` };
-      return { text: `done ${text}` };
-    },
-  });
+  provider = ownStandIn(
+    await startProviderStandIn({
+      reply: (r) => {
+        const text = lastUserText(r);
+        // A provider whose error quotes the input back, as real ones do.
+        if (text.includes('fail')) return { status: 400, message: `cannot answer "${text}"` };
+        return { text: `done ${text}` };
+      },
+    }),
+  );
   const model = standInModel(provider);
   const stream = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -56,6 +58,7 @@ beforeAll(async () => {
     databaseUrl: '',
     logger: { level: 'info', stream },
   });
+  ownServer(server, { dir });
   admin = (await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' }))
     .secret;
 });

@@ -5,11 +5,10 @@ import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import pg from 'pg';
 import { createToken } from '@sluice/server';
 import { toDatabase, type Database } from '@sluice/postgres/database';
 import { migrate } from '../../src/store/store.js';
-import { afterThisTest, freshDatabase, type Body } from '../helpers.js';
+import { afterThisTest, deferred, freshDatabase, testPool, type Body } from '../helpers.js';
 
 /**
  * Real server processes for the tests of this folder: the repository's `sluice` wrapper (or the
@@ -184,9 +183,7 @@ export interface TestDatabase {
 /** A new PostgreSQL database for this test, migrated, with a small pool of its own. */
 export async function testDatabase(): Promise<TestDatabase> {
   const url = await freshDatabase();
-  const pool = new pg.Pool({ connectionString: url, max: 2 });
-  pool.on('error', () => undefined); // its database is dropped after the test
-  afterThisTest(() => pool.end());
+  const pool = testPool(url);
   const db = toDatabase(pool);
   await migrate(db);
   return {
@@ -259,9 +256,8 @@ export function send(
   return answer;
 }
 
-/** A promise and the function that resolves it. */
+/** A promise and the function that resolves it (the harness's `deferred`, opened by `open`). */
 export function gate(): { promise: Promise<void>; open(): void } {
-  let open!: () => void;
-  const promise = new Promise<void>((resolve) => (open = resolve));
-  return { promise, open };
+  const { promise, resolve } = deferred();
+  return { promise, open: () => resolve() };
 }

@@ -1,4 +1,4 @@
-import { inFileScope, ownServer, ownStandIn, preparedDataDir } from '../helpers.js';
+import { ownServer, ownStandIn, preparedDataDir } from '../helpers.js';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createAgent } from 'sluice';
 import { createToken, defineConfig, serve, type RunningServer } from '@sluice/server';
@@ -9,43 +9,41 @@ let server: RunningServer;
 let dir: string;
 const tokens: Record<string, string> = {};
 
-beforeAll(() =>
-  inFileScope(async () => {
-    dir = await preparedDataDir();
-    // "stall" makes the model hang (the run stays active); anything else is echoed.
-    provider = ownStandIn(
-      await startProviderStandIn({
-        reply: (r) => {
-          const last = String([...r.messages].reverse().find((m) => m.role === 'user')?.content ?? '');
-          return last.includes('stall') ? { stall: true } : { text: `echo ${last}` };
-        },
-      }),
-    );
-    const model = {
-      api: 'openai-completions' as const,
-      provider: 'stand-in',
-      id: 'm',
-      baseUrl: provider.url,
-    };
-    const config = defineConfig({
-      agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) },
-      tenants: { small: { maxConcurrentAgentRuns: 1 } },
-      // The sync window only ever elapses for runs that stall; a finishing run is answered well within it.
-      settings: { maxActivePerTenant: 2, syncTimeoutMs: 3_000, runConcurrency: 2 },
-    });
-    server = await serve({ config, port: 0, dataDir: dir, databaseUrl: '' });
-    ownServer(server, { dir });
-    for (const [name, who] of Object.entries({
-      admin: { tenant: 'acme', project: 'p1', user: 'ann', role: 'admin' },
-      reader: { tenant: 'acme', project: 'p1', user: 'rob', role: 'read' },
-      other: { tenant: 'globex', project: 'p1', user: 'gus', role: 'member' },
-      small: { tenant: 'small', project: 'p1', user: 'sam', role: 'member' },
-      paging: { tenant: 'paging', project: 'p1', user: 'pat', role: 'member' },
-    } as const)) {
-      tokens[name] = (await createToken(server.store.db, who)).secret;
-    }
-  }),
-);
+beforeAll(async () => {
+  dir = await preparedDataDir();
+  // "stall" makes the model hang (the run stays active); anything else is echoed.
+  provider = ownStandIn(
+    await startProviderStandIn({
+      reply: (r) => {
+        const last = String([...r.messages].reverse().find((m) => m.role === 'user')?.content ?? '');
+        return last.includes('stall') ? { stall: true } : { text: `echo ${last}` };
+      },
+    }),
+  );
+  const model = {
+    api: 'openai-completions' as const,
+    provider: 'stand-in',
+    id: 'm',
+    baseUrl: provider.url,
+  };
+  const config = defineConfig({
+    agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) },
+    tenants: { small: { maxConcurrentAgentRuns: 1 } },
+    // The sync window only ever elapses for runs that stall; a finishing run is answered well within it.
+    settings: { maxActivePerTenant: 2, syncTimeoutMs: 3_000, runConcurrency: 2 },
+  });
+  server = await serve({ config, port: 0, dataDir: dir, databaseUrl: '' });
+  ownServer(server, { dir });
+  for (const [name, who] of Object.entries({
+    admin: { tenant: 'acme', project: 'p1', user: 'ann', role: 'admin' },
+    reader: { tenant: 'acme', project: 'p1', user: 'rob', role: 'read' },
+    other: { tenant: 'globex', project: 'p1', user: 'gus', role: 'member' },
+    small: { tenant: 'small', project: 'p1', user: 'sam', role: 'member' },
+    paging: { tenant: 'paging', project: 'p1', user: 'pat', role: 'member' },
+  } as const)) {
+    tokens[name] = (await createToken(server.store.db, who)).secret;
+  }
+});
 
 async function call(method: string, path: string, token?: string, body?: unknown, raw?: string) {
   const response = await fetch(`${server.url}/api/client/v1${path}`, {

@@ -1,21 +1,19 @@
-import { rmSync } from 'node:fs';
 import { WebSocket } from 'ws';
 import { createAgent, tool } from 'sluice';
-import {
-  createToken,
-  defineConfig,
-  serve,
-  type RunningServer,
-  type RunsConfig,
-  type ServerSettings,
-  type WebsocketConfig,
-} from '@sluice/server';
+import type { RunningServer, RunsConfig, ServerSettings, WebsocketConfig } from '@sluice/server';
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
-import { lastUserText, preparedDataDir, standInModel, type Body } from '../helpers.js';
-import { gate } from '../process/harness.js';
+import {
+  afterThisTest,
+  deferred,
+  lastUserText,
+  ownStandIn,
+  startTestServer,
+  type Body,
+  type Deferred,
+} from '../helpers.js';
 
 /**
- * One server per test file (for `beforeAll`), against a stand-in whose answers depend on the
+ * One server per test file (for `beforeAll`, closed after the file), against a stand-in whose answers depend on the
  * prompt: "hold:KEY" waits until `release(KEY)`, "stall" never answers, "fail" is a provider 400,
  * "look" asks for the `lookup` tool once (agent `researcher`), anything else is answered in
  * several streamed pieces.
@@ -38,70 +36,66 @@ export const answerTo = (prompt: string) =>
 export async function startFileServer(
   options: { settings?: Partial<ServerSettings>; runs?: RunsConfig; websocket?: WebsocketConfig } = {},
 ): Promise<FileServer> {
-  const gates = new Map<string, ReturnType<typeof gate>>();
-  const gateOf = (key: string) => gates.get(key) ?? gates.set(key, gate()).get(key)!;
+  const gates = new Map<string, Deferred>();
+  const gateOf = (key: string) => gates.get(key) ?? gates.set(key, deferred()).get(key)!;
   const asked: FileServer['asked'] = [];
-  const provider = await startProviderStandIn({
-    reply: async (r) => {
-      asked.push(
-        r.messages.map((m) => ({
-          role: m.role,
-          text: typeof m.content === 'string' ? m.content : JSON.stringify(m.content),
-        })),
-      );
-      const results = r.messages.filter((m) => m.role === 'tool');
-      if (results.length > 0) return { text: `found ${results.map((m) => String(m.content)).join(',')}` };
-      const last = lastUserText(r);
-      const held = /hold:(\w+)/.exec(last);
-      if (held) await gateOf(held[1]!).promise;
-      if (last.includes('stall')) return { stall: true };
-      if (last.includes('fail')) return { status: 400, message: 'the model refused' };
-      if (last.includes('look')) return { toolCalls: [{ name: 'lookup', arguments: { q: 'x' } }] };
-      return { text: answerTo(last) };
-    },
-  });
-  const dir = await preparedDataDir();
-  const model = standInModel(provider);
-  const server = await serve({
-    config: defineConfig({
-      agents: {
-        echo: createAgent({ model, credentials: { apiKey: 'k' } }),
-        researcher: createAgent({
-          model,
-          credentials: { apiKey: 'k' },
-          tools: [
-            tool<{ q: string }>({
-              name: 'lookup',
-              description: 'Look something up',
-              parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] },
-              execute: async ({ q }) => `result-${q}`,
-            }),
-          ],
-        }),
+  const provider = ownStandIn(
+    await startProviderStandIn({
+      reply: async (r) => {
+        asked.push(
+          r.messages.map((m) => ({
+            role: m.role,
+            text: typeof m.content === 'string' ? m.content : JSON.stringify(m.content),
+          })),
+        );
+        const results = r.messages.filter((m) => m.role === 'tool');
+        if (results.length > 0) return { text: `found ${results.map((m) => String(m.content)).join(',')}` };
+        const last = lastUserText(r);
+        const held = /hold:(\w+)/.exec(last);
+        if (held) await gateOf(held[1]!).promise;
+        if (last.includes('stall')) return { stall: true };
+        if (last.includes('fail')) return { status: 400, message: 'the model refused' };
+        if (last.includes('look')) return { toolCalls: [{ name: 'lookup', arguments: { q: 'x' } }] };
+        return { text: answerTo(last) };
       },
-      settings: options.settings,
-      runs: options.runs,
-      websocket: options.websocket,
     }),
-    port: 0,
-    dataDir: dir,
-    databaseUrl: '',
-    logger: false,
+  );
+  const { server, token } = await startTestServer({
+    provider,
+    agents: (model) => ({
+      researcher: createAgent({
+        model,
+        credentials: { apiKey: 'k' },
+        tools: [
+          tool<{ q: string }>({
+            name: 'lookup',
+            description: 'Look something up',
+            parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] },
+            execute: async ({ q }) => `result-${q}`,
+          }),
+        ],
+      }),
+    }),
+    settings: options.settings,
+    runs: options.runs,
+    websocket: options.websocket,
   });
+  // Before the server closes: what a gate holds answers, instead of waiting forever.
+  const openGates = () => {
+    for (const g of gates.values()) g.resolve();
+  };
+  afterThisTest(openGates, 'the gates of the stand-in');
   return {
     server,
     provider,
     url: `${server.url}/api/client/v1`,
     wsUrl: `${server.url.replace(/^http/, 'ws')}/api/client/v1/ws`,
-    token: async (user, role = 'member') =>
-      (await createToken(server.store.db, { tenant: 't', project: 'p', user, role })).secret,
-    release: (key) => gateOf(key).open(),
+    token: (user, role = 'member') => token({ tenant: 't', project: 'p', user, role }),
+    release: (key) => gateOf(key).resolve(),
     asked,
     async close() {
-      for (const g of gates.values()) g.open();
+      openGates();
       await server.close();
-      await provider.close();
-      rmSync(dir, { recursive: true, force: true });
     },
   };
 }

@@ -1,21 +1,16 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { OutgoingHttpHeaders } from 'node:http';
 import { afterAll, beforeAll } from 'vitest';
 import { createAgent } from 'sluice';
 import {
-  createApp,
   createToken,
   defineConfig,
-  openStore,
-  resolveSettings,
   type ServerApp,
   type ServerSettings,
   type SluiceConfig,
   type Store,
 } from '@sluice/server';
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
+import { startTestServer } from '../helpers.js';
 
 /**
  * The principals every harness has. `acme` is limited to the `analyst` agent by the config's
@@ -97,22 +92,15 @@ export interface InjectHarness {
 }
 
 /**
- * An app built with `createApp` on a fresh embedded PGlite in a temporary folder, with no
- * background work started (no workers, no sweeps): inline runs still execute in the request.
+ * An app on a copy of the migrated PGlite template, reached through `fastify.inject` (no
+ * socket), with no background work started (no workers, no sweeps): inline runs still execute
+ * in the request. Closed after the test (or the file, from `beforeAll`), or by `close`.
  */
 export async function startInjectHarness(settings: Partial<ServerSettings> = {}): Promise<InjectHarness> {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-inject-'));
-  const { config } = await harnessConfig(settings);
-  const store = await openStore({ dataDir: join(dir, 'db') });
-  let app: ServerApp;
-  try {
-    app = await createApp({ store, config, settings: resolveSettings(config.settings, {}), logger: false });
-  } catch (error) {
-    await store.close();
-    await config.close?.();
-    rmSync(dir, { recursive: true, force: true });
-    throw error;
-  }
+  const { config, provider } = await harnessConfig(settings);
+  const { server } = await startTestServer({ config, provider, transport: 'inject', background: false });
+  const app: ServerApp = server;
+  const store = server.store;
   const tokens = await mintTokens(store);
   return {
     app,
@@ -140,12 +128,7 @@ export async function startInjectHarness(settings: Partial<ServerSettings> = {})
       }
       return { status: response.statusCode, headers: response.headers, body, text: response.body };
     },
-    async close() {
-      await app.close();
-      await store.close();
-      await config.close?.();
-      rmSync(dir, { recursive: true, force: true });
-    },
+    close: () => server.close(),
   };
 }
 
