@@ -12,7 +12,7 @@ import {
 } from '@sluice/server';
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
 import { urlOf } from '../../../../scripts/postgres-config.js';
-import { postgres, standInModel, until, type Body } from '../helpers.js';
+import { postgres, serverLeftovers, standInModel, until, watchForLeaks, type Body } from '../helpers.js';
 import { sendWebhook, standardHeaders } from './harness.js';
 
 /**
@@ -54,6 +54,9 @@ beforeAll(async () => {
     const app = await createApp({ store, config, settings: resolveSettings({}, {}), logger: false, now });
     const url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
     apps.push({ app, store, url });
+    // Closed by the file's afterAll; the leak guard checks them (and the timers the tests start
+    // them with) after it.
+    watchForLeaks(`the app at ${url}`, () => serverLeftovers(app));
   }
   db = new pg.Client({ connectionString: urlOf(postgres, database) });
   await db.connect();
