@@ -39,6 +39,10 @@ export default tseslint.config(
           message:
             "Read the time from the injected clock (a `Clock`, or sluice/concurrency's systemClock), not Date.now.",
         },
+        {
+          selector: "NewExpression[callee.name='Date'][arguments.length=0]",
+          message: 'Read the time from the injected clock: `new Date(clock.now())`, not `new Date()`.',
+        },
       ],
     },
   },

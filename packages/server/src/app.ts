@@ -174,7 +174,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   const waiters = new RunWaiters(db, events);
   const executor = new Executor(db, config, settings, waiters, events, log, clock);
   const limitsFor = tenantPolicy(config, settings);
-  const ops = new Ops(db, config, executor, options.ops);
+  const ops = new Ops(db, config, executor, { clock, ...options.ops });
   const upkeep = new NodeUpkeep(db, executor, settings, limitsFor, log, clock);
   // Every final state with a callback_url leaves a row in the outbox (a trigger writes it in the
   // same transaction); this process's dispatcher delivers rows of any process, signed.

@@ -34,4 +34,13 @@ export const tuning = Object.freeze({
   heldSocketSlackMs: 1 * MINUTE,
   /** A server started beside its database (compose, a pod) keeps trying to reach it this long. */
   storeConnectGiveUpMs: 1 * MINUTE,
+  /** Admissions one transaction takes at most: one INSERT of this many rows stays a short statement. */
+  admissionBatch: 128,
+  /**
+   * How often a process sets a tenant's counters to the true counts (under the lock, before a
+   * batch): a counter that drifted (a crash between statements of an old version) heals in a minute.
+   */
+  admissionReconcileMs: 1 * MINUTE,
+  /** Rows one pass of upkeep (promotion, expiry) moves at most, so a pass stays a short transaction. */
+  upkeepBatch: 500,
 });

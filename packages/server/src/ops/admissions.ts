@@ -1,3 +1,4 @@
+import { systemClock } from '../clock.js';
 import type { Refusal } from '../runs/admission.js';
 import type { RunClass } from '../runs/lifecycle.js';
 
@@ -71,7 +72,7 @@ export class AdmissionLog implements AdmissionHooks {
   readonly #listeners = new Set<(runClass: string, outcome: AdmissionOutcome) => void>();
   readonly #now: () => Date;
 
-  constructor(size = 50, now: () => Date = () => new Date()) {
+  constructor(size = 50, now: () => Date = () => new Date(systemClock.now())) {
     this.#size = size;
     this.#now = now;
   }

@@ -1,4 +1,5 @@
 import type { Database } from '@sluice/postgres/database';
+import { systemClock, type Clock } from '../clock.js';
 import type { SluiceConfig } from '../config.js';
 import type { Executor } from '../runs/executor.js';
 import { AdmissionLog, type RecentRefusal } from './admissions.js';
@@ -27,6 +28,8 @@ export interface OpsOptions {
   runCounts?: RunCountsOptions;
   /** Refusals the dashboard lists. @default 50 */
   recentRefusals?: number;
+  /** The server's clock: refusals are stamped with it. */
+  clock?: Clock;
 }
 
 /** The server's operating state: slot counts, run counts, admission decisions, metrics. */
@@ -36,11 +39,13 @@ export class Ops {
   readonly admissions: AdmissionLog;
   readonly capacity: CapacityBook;
   readonly metrics: Metrics;
+  readonly #clock: Clock;
 
   constructor(db: Database, config: SluiceConfig, executor: Executor, options: OpsOptions = {}) {
     this.slots = new SlotBook(config);
     this.runs = new RunCounts(db, options.runCounts);
-    this.admissions = new AdmissionLog(options.recentRefusals ?? 50);
+    const clock = (this.#clock = options.clock ?? systemClock);
+    this.admissions = new AdmissionLog(options.recentRefusals ?? 50, () => new Date(clock.now()));
     this.capacity = new CapacityBook(this.slots.limiters);
     this.metrics = new Metrics({
       slots: this.slots,
@@ -66,7 +71,7 @@ export class Ops {
       tenant === undefined ? rows : rows.filter((r) => r.tenant === tenant);
     return {
       object: 'ops.overview',
-      at: new Date().toISOString(),
+      at: new Date(this.#clock.now()).toISOString(),
       limiters,
       capacity: this.capacity.read(stats),
       runs: mine(runs).sort((a, b) => order(a).localeCompare(order(b))),

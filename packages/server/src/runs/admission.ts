@@ -1,6 +1,7 @@
 import type { Database, SqlClient } from '@sluice/postgres/database';
 import { systemClock, type Clock } from 'sluice/concurrency';
 import type { Principal } from '../store/tokens.js';
+import { tuning } from '../tuning.js';
 import type { TenantLimits } from './policy.js';
 import { DepartureHistory } from './retry-after.js';
 import {
@@ -64,10 +65,10 @@ export type Admission = { ok: true; run: RunRow } | { ok: false; refusal: Refusa
  * processes.
  */
 
-/** Admissions one transaction takes at most (one INSERT of this many rows). */
-export const MAX_BATCH = 128;
-/** How often a process sets a tenant's counters to the true counts (under the lock, before a batch). */
-export const RECONCILE_EVERY_MS = 60_000;
+/** Admissions one transaction takes at most (`tuning.admissionBatch`). */
+export const MAX_BATCH = tuning.admissionBatch;
+/** How often a process sets a tenant's counters to the true counts (`tuning.admissionReconcileMs`). */
+export const RECONCILE_EVERY_MS = tuning.admissionReconcileMs;
 
 /**
  * Written in the admitting transaction after the run (a trigger's delivery or tick row): when it

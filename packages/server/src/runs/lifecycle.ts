@@ -1,6 +1,7 @@
 import type { Database, SqlClient } from '@sluice/postgres/database';
 import type { PausedState, PendingToolCall } from 'sluice';
 import type { Principal } from '../store/tokens.js';
+import { tuning } from '../tuning.js';
 import type { HighestCounts } from './caps.js';
 import { toJsonb } from './json.js';
 import { inOrder, runDocuments } from './run-documents.js';
@@ -92,8 +93,8 @@ export * from './states.js';
  * runs), but it keeps its thread, and it is not final (no callback until it ends).
  */
 
-/** Rows one pass of upkeep moves at most, so a pass is a short transaction whatever the backlog. */
-export const BATCH = 500;
+/** Rows one pass of upkeep moves at most (`tuning.upkeepBatch`). */
+export const BATCH = tuning.upkeepBatch;
 
 // ── Birth ────────────────────────────────────────────────────────────────────────────────
 
