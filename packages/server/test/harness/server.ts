@@ -9,6 +9,7 @@ import {
   resolveSettings,
   serve,
   type RunningServer,
+  type AppOptions,
   type RunsConfig,
   type ServerApp,
   type ServerSettings,
@@ -53,6 +54,12 @@ export interface TestServerOptions {
   wrapStore?: (store: Store) => Store;
   /** The background work (workers, sweeps, notifications); false: none, inline runs still execute. @default true */
   background?: boolean;
+  /** The clock of every component of the app (a `ManualClock`, say); default: the system clock. */
+  clock?: AppOptions['clock'];
+  /** Epoch ms for schedule ticks and webhook timestamps; default: the clock's. */
+  now?: AppOptions['now'];
+  /** The cache store the app uses instead of the one its settings name (not closed with the app). */
+  cache?: AppOptions['cache'];
   /** A whole config instead of the one built from the options above (agents, tenants, settings...). */
   config?: SluiceConfig;
 }
@@ -88,14 +95,16 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
   const inject = options.transport === 'inject';
   let server: RunningServer;
   try {
+    const parts = { clock: options.clock, now: options.now, cache: options.cache };
     server =
-      inject || options.wrapStore || options.background === false
+      inject || options.wrapStore || options.background === false || Object.values(parts).some(Boolean)
         ? await appServer(config, {
             dir,
             databaseUrl,
             listen: !inject,
             wrapStore: options.wrapStore,
             background: options.background ?? true,
+            app: parts,
           })
         : await serve({ config, port: 0, dataDir: dir, databaseUrl: databaseUrl ?? '', logger: false });
   } catch (error) {
@@ -127,6 +136,8 @@ async function appServer(
     listen: boolean;
     wrapStore?: (store: Store) => Store;
     background: boolean;
+    /** What else `createApp` is given. */
+    app?: Pick<AppOptions, 'clock' | 'now' | 'cache'>;
   },
 ): Promise<RunningServer> {
   const settings = resolveSettings(config.settings, process.env, config.runs, config.websocket);
@@ -134,7 +145,13 @@ async function appServer(
   let app: ServerApp | undefined;
   let url = '';
   try {
-    app = await createApp({ store: options.wrapStore?.(store) ?? store, config, settings, logger: false });
+    app = await createApp({
+      ...options.app,
+      store: options.wrapStore?.(store) ?? store,
+      config,
+      settings,
+      logger: false,
+    });
     if (options.listen) url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
     if (options.background) await app.start();
   } catch (error) {

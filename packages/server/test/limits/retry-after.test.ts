@@ -1,26 +1,14 @@
-import { rmSync } from 'node:fs';
-import { join } from 'node:path';
 import OpenAI from 'openai';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createAgent } from 'sluice';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from 'sluice/concurrency';
-import {
-  createApp,
-  createToken,
-  defineConfig,
-  openStore,
-  resolveSettings,
-  type ServerApp,
-} from '@sluice/server';
-import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
+import { startProviderStandIn } from '@sluice/testkit';
 import {
   DepartureHistory,
   estimateRetryAfterMs,
   RETRY_AFTER_UNKNOWN_MS,
   retryAfterSeconds,
 } from '../../src/runs/retry-after.js';
-import { preparedDataDir, until } from '../helpers.js';
-import { standInModel } from './harness.js';
+import { lastUserText, ownStandIn, startTestServer, until, type TestServer } from '../helpers.js';
 
 describe('the estimate (Little: a run stays about active / departures-per-second)', () => {
   it.each([
@@ -81,11 +69,7 @@ describe('the estimate (Little: a run stays about active / departures-per-second
 
 describe('a 429 of a cap follows the pace at which runs finish', () => {
   const clock = new ManualClock();
-  let provider: ProviderStandIn;
-  let app: ServerApp;
-  let url: string;
-  let dir: string;
-  let closeStore: () => Promise<void>;
+  let t: TestServer;
   let token: string;
   /** Each prompt's answer waits for its own release. */
   const gates = new Map<string, () => void>();
@@ -96,45 +80,25 @@ describe('a 429 of a cap follows the pace at which runs finish', () => {
   };
 
   beforeAll(async () => {
-    provider = await startProviderStandIn({
-      reply: async (r) => {
-        const prompt = String([...r.messages].reverse().find((m) => m.role === 'user')?.content ?? '');
-        await gate(prompt);
-        return { text: `done ${prompt}` };
-      },
-    });
-    dir = await preparedDataDir();
-    const store = await openStore({ dataDir: join(dir, 'db') });
-    closeStore = () => store.close();
-    app = await createApp({
-      store,
-      config: defineConfig({
-        agents: { echo: createAgent({ model: standInModel(provider), credentials: { apiKey: 'k' } }) },
+    const provider = ownStandIn(
+      await startProviderStandIn({
+        reply: async (r) => {
+          const prompt = lastUserText(r);
+          await gate(prompt);
+          return { text: `done ${prompt}` };
+        },
       }),
-      settings: resolveSettings({ maxActivePerTenant: 2 }, {}),
-      logger: false,
+    );
+    t = await startTestServer({
+      provider,
+      price: { input: 1, output: 1 },
+      settings: { maxActivePerTenant: 2 },
       clock,
     });
-    url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
-    await app.start();
-    token = (await createToken(store.db, { tenant: 'pace', project: 'p', user: 'u', role: 'member' })).secret;
-  });
-  afterAll(async () => {
-    await app?.close();
-    await closeStore?.();
-    await provider?.close();
-    rmSync(dir, { recursive: true, force: true });
+    token = await t.token({ tenant: 'pace', role: 'member' });
   });
 
-  const post = async (input: string) => {
-    const r = await fetch(`${url}/api/client/v1/agents/echo/runs`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ input, wait: false }),
-    });
-    const body = (await r.json()) as { id?: string; error?: Record<string, unknown> };
-    return { status: r.status, retryAfter: r.headers.get('retry-after'), body };
-  };
+  const post = (input: string) => t.call('POST', '/agents/echo/runs', { input, wait: false }, token);
   let finished = 0;
   /** Lets these runs' model calls answer, and waits until the runs have succeeded. */
   const finish = async (...prompts: string[]) => {
@@ -142,12 +106,9 @@ describe('a 429 of a cap follows the pace at which runs finish', () => {
     for (const prompt of prompts) gates.get(prompt)!();
     finished += prompts.length;
     await until(
-      async () => {
-        const r = await fetch(`${url}/api/client/v1/agents/runs?status=succeeded&limit=100`, {
-          headers: { authorization: `Bearer ${token}` },
-        });
-        return ((await r.json()) as { data: unknown[] }).data.length === finished;
-      },
+      async () =>
+        (await t.call('GET', '/agents/runs?status=succeeded&limit=100', undefined, token)).body.data
+          .length === finished,
       `${prompts.join(', ')} finished`,
     );
   };
@@ -181,7 +142,7 @@ describe('a 429 of a cap follows the pace at which runs finish', () => {
     expect(third.retryAfter).toBe('4');
     expect(third.body.error!.retry_after_ms).toBe(3_333);
 
-    const client = new OpenAI({ baseURL: `${url}/api/client/v1`, apiKey: token, maxRetries: 0 });
+    const client = new OpenAI({ baseURL: `${t.server.url}/api/client/v1`, apiKey: token, maxRetries: 0 });
     const limited = await client.responses
       .create({ model: 'agent:echo', input: 'r8', background: true })
       .catch((e: unknown) => e);

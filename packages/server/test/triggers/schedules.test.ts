@@ -1,18 +1,8 @@
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createAgent } from 'sluice';
-import {
-  createApp,
-  createToken,
-  defineConfig,
-  openStore,
-  resolveSettings,
-  type ServerApp,
-  type Store,
-} from '@sluice/server';
-import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
-import { urlOf } from '../../../../scripts/postgres-config.js';
-import { postgres, serverLeftovers, standInModel, until, watchForLeaks, type Body } from '../helpers.js';
+import type { RunningServer } from '@sluice/server';
+import { startProviderStandIn } from '@sluice/testkit';
+import { freshDatabase, ownStandIn, postgres, startTestServer, until, type TestServer } from '../helpers.js';
 import { sendWebhook, standardHeaders } from './harness.js';
 
 /**
@@ -26,67 +16,41 @@ const MINUTE = 60_000;
 let clock = Date.now();
 const now = () => clock;
 
-let provider: ProviderStandIn;
-let database: string;
-const apps: { app: ServerApp; store: Store; url: string }[] = [];
+const servers: TestServer[] = [];
+const apps: RunningServer[] = [];
 let db: pg.Client;
 let admin: string;
 
 beforeAll(async () => {
   if (!postgres) throw new Error('PostgreSQL is needed: the test is about several processes on one database');
-  database = `sluice_trg_${Date.now().toString(36)}_${Math.floor(Math.random() * 1e9).toString(36)}`;
-  const setup = new pg.Client({ ...postgres });
-  await setup.connect();
-  await setup.query(`CREATE DATABASE ${database}`);
-  await setup.end();
-  provider = await startProviderStandIn({ reply: () => ({ text: 'ok', usage: { input: 1, output: 1 } }) });
-  const config = defineConfig({
-    agents: { echo: createAgent({ model: standInModel(provider), credentials: { apiKey: 'k' } }) },
-    // r: copies of one delivery racing for the tenant's last place.
-    tenants: { q: { runs: { limit: 1, per: 'hour' } }, r: { runs: { limit: 1, per: 'hour' } } },
-  });
+  const databaseUrl = await freshDatabase();
+  const provider = ownStandIn(
+    await startProviderStandIn({ reply: () => ({ text: 'ok', usage: { input: 1, output: 1 } }) }),
+  );
   for (let i = 0; i < 2; i++) {
-    const store = await openStore({
-      databaseUrl: urlOf(postgres, database),
-      dataDir: '/nonexistent',
-      poolSize: 5,
+    // Started by hand in the second test: their upkeep loops are part of what is tested.
+    const t = await startTestServer({
+      databaseUrl,
+      provider,
+      // r: copies of one delivery racing for the tenant's last place.
+      tenants: { q: { runs: { limit: 1, per: 'hour' } }, r: { runs: { limit: 1, per: 'hour' } } },
+      now,
+      background: false,
     });
-    const app = await createApp({ store, config, settings: resolveSettings({}, {}), logger: false, now });
-    const url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
-    apps.push({ app, store, url });
-    // Closed by the file's afterAll; the leak guard checks them (and the timers the tests start
-    // them with) after it.
-    watchForLeaks(`the app at ${url}`, () => serverLeftovers(app));
+    servers.push(t);
+    apps.push(t.server);
   }
-  db = new pg.Client({ connectionString: urlOf(postgres, database) });
+  db = new pg.Client({ connectionString: databaseUrl });
   await db.connect();
-  admin = (await createToken(apps[0]!.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' }))
-    .secret;
+  admin = servers[0]!.admin;
 });
 
 afterAll(async () => {
   await db?.end();
-  for (const { app, store } of apps) {
-    await app.close();
-    await store.close();
-  }
-  await provider?.close();
-  if (postgres && database) {
-    const teardown = new pg.Client({ ...postgres });
-    await teardown.connect();
-    await teardown.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
-    await teardown.end();
-  }
 });
 
-async function call(method: string, path: string, body?: unknown, token = admin, on = 0) {
-  const r = await fetch(`${apps[on]!.url}/api/client/v1${path}`, {
-    method,
-    headers: { authorization: `Bearer ${token}`, ...(body ? { 'content-type': 'application/json' } : {}) },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  return { status: r.status, body: (await r.json()) as Body };
-}
+const call = (method: string, path: string, body?: unknown, token = admin) =>
+  servers[0]!.call(method, path, body, token);
 
 const runsOf = async (triggerId: string) =>
   (
@@ -98,7 +62,7 @@ const runsOf = async (triggerId: string) =>
   ).rows;
 
 /** Both processes look for ticks at the same moment; returns the runs each made. */
-const bothTick = () => Promise.all(apps.map(({ app }) => app.triggers.tickNow()));
+const bothTick = () => Promise.all(apps.map((app) => app.triggers.tickNow()));
 
 /** The first multiple of `stepMs` after `ms`. */
 const nextBoundary = (ms: number, stepMs: number) => Math.floor(ms / stepMs) * stepMs + stepMs;
@@ -159,7 +123,7 @@ it("the processes' own upkeep loops make the tick, once", async () => {
   const created = await call('POST', '/triggers', { name: 'hourly', agent: 'echo', schedule: '@hourly' });
   expect(created.status).toBe(201);
   const id = created.body.id as string;
-  for (const { app } of apps) await app.start();
+  for (const app of apps) await app.start();
   clock = nextBoundary(Date.now(), 60 * MINUTE) + 1_000;
   await until(async () => (await runsOf(id)).length > 0, 'a run of the hourly tick');
   // Whichever loop made it, the other finds it made: a look by each now adds nothing.
@@ -175,9 +139,7 @@ it("the processes' own upkeep loops make the tick, once", async () => {
 
 it('a tick refused by a cap is recorded, not retried on every look', async () => {
   clock = Date.now();
-  const qAdmin = (
-    await createToken(apps[0]!.store.db, { tenant: 'q', project: 'p', user: 'u', role: 'admin' })
-  ).secret;
+  const qAdmin = await servers[0]!.token({ tenant: 'q' });
   const created = await call(
     'POST',
     '/triggers',
@@ -223,9 +185,7 @@ it('copies of one webhook delivery sent to both processes at once make one run',
 });
 
 it('copies of one delivery racing for the last place under a cap all get 202 with its run, not 429', async () => {
-  const rAdmin = (
-    await createToken(apps[0]!.store.db, { tenant: 'r', project: 'p', user: 'u', role: 'admin' })
-  ).secret;
+  const rAdmin = await servers[0]!.token({ tenant: 'r' });
   const created = await call('POST', '/triggers', { name: 'last', agent: 'echo', class: 'deferred' }, rAdmin);
   const { id, secret } = created.body as { id: string; secret: string };
   const body = '{"event":"last"}';
