@@ -7,14 +7,14 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { createAgent } from 'sluice';
-import { defineConfig, serve, SettingsError, resolveSettings } from '@sluice/server';
+import { defineConfig, SettingsError, resolveSettings } from '@sluice/server';
 import { MemoryCacheStore } from '../../src/cache/memory.js';
 import { CacheUnavailableError } from '../../src/cache/errors.js';
 import { refusalOf } from '../../src/http/errors.js';
 import { perProcessWarning } from '../../src/cache/open.js';
 import { placeKeys } from '../../src/cache/places.js';
 import { RedisCacheStore } from '../../src/cache/redis.js';
-import { afterThisTest, freshDatabase, postgres, startTcpProxy, until } from '../helpers.js';
+import { afterThisTest, freshDatabase, postgres, startTcpProxy, startTestServer, until } from '../helpers.js';
 import { rawClient, redisDatabase, withRedis } from './redis.js';
 
 async function openStore(url: string, leaseMs = 60_000) {
@@ -254,8 +254,8 @@ async function startWarnings(options: {
   redisUrl?: string;
 }) {
   const lines: string[] = [];
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-cache-test-'));
-  const server = await serve({
+  const { server } = await startTestServer({
+    databaseUrl: options.databaseUrl,
     config: defineConfig({
       agents: {
         echo: createAgent({
@@ -271,13 +271,9 @@ async function startWarnings(options: {
       cacheStore: options.cacheStore,
       redisUrl: options.redisUrl,
     }),
-    port: 0,
-    dataDir: dir,
-    databaseUrl: options.databaseUrl,
     logger: { level: 'warn', stream: { write: (line: string) => void lines.push(line) } },
   });
   await server.close();
-  rmSync(dir, { recursive: true, force: true });
   return lines.map((line) => JSON.parse(line) as { level: number; msg: string });
 }
 

@@ -1,23 +1,20 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
+import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import pg from 'pg';
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createAgent } from 'sluice';
-import {
-  createApp,
-  createToken,
-  defineConfig,
-  openStore,
-  resolveSettings,
-  type ServerApp,
-  type ServerSettings,
-  type Store,
-} from '@sluice/server';
-import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
+import { beforeAll, expect, it } from 'vitest';
+import type { ServerSettings } from '@sluice/server';
+import { startProviderStandIn } from '@sluice/testkit';
 import { tenantSigningSecret } from '../../src/callbacks/index.js';
-import { urlOf } from '../../../../scripts/postgres-config.js';
-import { lastUserText, postgres, standInModel, until, type Body } from '../helpers.js';
+import {
+  afterThisFile,
+  freshDatabase,
+  lastUserText,
+  ownStandIn,
+  postgres,
+  startTestServer,
+  until,
+  type TestServer,
+} from '../helpers.js';
 
 /**
  * Every way a run can end, each reaching a real receiver on 127.0.0.1 exactly once, signed with
@@ -40,23 +37,15 @@ const shared: Partial<ServerSettings> = {
   nodeStaleMs: 3_000,
 };
 
-let database: string;
-let provider: ProviderStandIn;
-let receiver: Server;
 let hookUrl: string;
 const received: { headers: IncomingHttpHeaders; body: string }[] = [];
-const procs: Record<'main' | 'lost' | 'leaving', { app: ServerApp; store: Store; url: string }> = {} as never;
-let token: string;
+const procs: Record<'main' | 'lost' | 'leaving', TestServer> = {} as never;
 
 beforeAll(async () => {
   if (!postgres) throw new Error('PostgreSQL is needed: three processes share the outbox');
-  database = `sluice_cbk_${Date.now().toString(36)}_${Math.floor(Math.random() * 1e9).toString(36)}`;
-  const setup = new pg.Client({ ...postgres });
-  await setup.connect();
-  await setup.query(`CREATE DATABASE ${database}`);
-  await setup.end();
+  const databaseUrl = await freshDatabase();
 
-  receiver = createServer((req, res) => {
+  const receiver = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (d: Buffer) => chunks.push(d));
     req.on('end', () => {
@@ -65,69 +54,34 @@ beforeAll(async () => {
     });
   });
   await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
+  afterThisFile(() => new Promise<void>((r) => receiver.close(() => r())), 'the callback receiver');
   hookUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
 
-  provider = await startProviderStandIn({
-    reply: (r) => {
-      const last = lastUserText(r);
-      if (last.includes('stall')) return { stall: true };
-      if (last.includes('fail')) return { status: 400, message: 'the model refused' };
-      return { text: `done ${last}`, usage: { input: 1, output: 1 } };
-    },
-  });
-  const config = defineConfig({
-    agents: { echo: createAgent({ model: standInModel(provider), credentials: { apiKey: 'k' } }) },
-  });
+  const provider = ownStandIn(
+    await startProviderStandIn({
+      reply: (r) => {
+        const last = lastUserText(r);
+        if (last.includes('stall')) return { stall: true };
+        if (last.includes('fail')) return { status: 400, message: 'the model refused' };
+        return { text: `done ${last}`, usage: { input: 1, output: 1 } };
+      },
+    }),
+  );
   for (const [name, extra] of [
     ['main', {}],
     ['lost', {}],
     ['leaving', { drainTimeoutMs: 100 }],
   ] as const) {
-    const store = await openStore({
-      databaseUrl: urlOf(postgres, database),
-      dataDir: '/nonexistent',
-      poolSize: 5,
-    });
-    const app = await createApp({
-      store,
-      config,
-      settings: resolveSettings({ ...shared, ...extra }, {}),
-      logger: false,
-    });
-    const url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
-    await app.start();
+    const t = await startTestServer({ databaseUrl, provider, settings: { ...shared, ...extra } });
     // Only `main` claims queued runs: the others execute their own held runs, so which process
     // takes the deferred holder is not left to a race (`leaving` would drain it as interrupted).
-    if (name !== 'main') await app.executor.stopWorkers();
-    procs[name] = { app, store, url };
-  }
-  token = (await createToken(procs.main.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' }))
-    .secret;
-});
-
-afterAll(async () => {
-  for (const { app, store } of Object.values(procs)) {
-    await app.close().catch(() => undefined);
-    await store.close().catch(() => undefined);
-  }
-  await provider?.close();
-  await new Promise<void>((r) => (receiver ? receiver.close(() => r()) : r()));
-  if (postgres && database) {
-    const teardown = new pg.Client({ ...postgres });
-    await teardown.connect();
-    await teardown.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
-    await teardown.end();
+    if (name !== 'main') await t.server.executor.stopWorkers();
+    procs[name] = t;
   }
 });
 
-async function call(on: keyof typeof procs, method: string, path: string, body?: unknown) {
-  const r = await fetch(`${procs[on].url}/api/client/v1${path}`, {
-    method,
-    headers: { authorization: `Bearer ${token}`, ...(body ? { 'content-type': 'application/json' } : {}) },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  return { status: r.status, body: (await r.json()) as Body };
-}
+const call = (on: keyof typeof procs, method: string, path: string, body?: unknown) =>
+  procs[on].call(method, path, body, procs.main.admin);
 
 /** A held run whose answer the test does not wait for (it ends in a way the test brings about). */
 function holdRun(on: keyof typeof procs, input: string) {
@@ -139,7 +93,7 @@ function holdRun(on: keyof typeof procs, input: string) {
 const runIdAt = async (input: string) => {
   let id: string | undefined;
   await until(async () => {
-    const rows = await procs.main.store.db.query<{ id: string }>(
+    const rows = await procs.main.server.store.db.query<{ id: string }>(
       `SELECT id FROM agent_runs WHERE input = to_jsonb($1::text) AND status = 'running'`,
       [input],
     );
@@ -203,18 +157,18 @@ it('one signed delivery per terminal state: succeeded, failed, canceled, expired
   // `lost` stops beating while its run is at the provider: a peer declares the run worker_lost.
   void holdRun('lost', 'stall until lost');
   ids.worker_lost = await runIdAt('stall until lost');
-  procs.lost.app.upkeep.stop();
+  procs.lost.server.upkeep.stop();
 
   // `leaving` drains with its run still at the provider: the run ends interrupted.
   const leavingAnswer = holdRun('leaving', 'stall until drained');
   ids.interrupted = await runIdAt('stall until drained');
-  expect(await procs.leaving.app.drain()).toEqual([ids.interrupted]);
+  expect(await procs.leaving.server.drain()).toEqual([ids.interrupted]);
   expect((await leavingAnswer).status).toBe(503);
 
   await until(() => received.length >= 7, 'seven deliveries');
   await call('main', 'POST', `/agents/runs/${holder}/cancel`);
 
-  const secret = await tenantSigningSecret(procs.main.store.db, 't');
+  const secret = await tenantSigningSecret(procs.main.server.store.db, 't');
   const byRun = new Map<string, { status: string; error: { type: string } | null }>();
   const messageIds = new Set<string>();
   for (const delivery of received) {
@@ -242,7 +196,7 @@ it('one signed delivery per terminal state: succeeded, failed, canceled, expired
   expect(received.length).toBe(7);
 
   // Every row of the outbox is delivered, on its first attempt: no copy is still to come.
-  const outbox = await procs.main.store.db.query<{
+  const outbox = await procs.main.server.store.db.query<{
     run_id: string;
     state: string;
     attempts: number;

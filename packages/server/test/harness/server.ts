@@ -60,6 +60,8 @@ export interface TestServerOptions {
   now?: AppOptions['now'];
   /** The cache store the app uses instead of the one its settings name (not closed with the app). */
   cache?: AppOptions['cache'];
+  /** The app's logger (a level and a stream to read its lines, say). @default false: no logs */
+  logger?: AppOptions['logger'];
   /** A whole config instead of the one built from the options above (agents, tenants, settings...). */
   config?: SluiceConfig;
 }
@@ -104,9 +106,15 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
             listen: !inject,
             wrapStore: options.wrapStore,
             background: options.background ?? true,
-            app: parts,
+            app: { ...parts, logger: options.logger },
           })
-        : await serve({ config, port: 0, dataDir: dir, databaseUrl: databaseUrl ?? '', logger: false });
+        : await serve({
+            config,
+            port: 0,
+            dataDir: dir,
+            databaseUrl: databaseUrl ?? '',
+            logger: options.logger ?? false,
+          });
   } catch (error) {
     rmSync(dir, { recursive: true, force: true });
     throw error;
@@ -137,7 +145,7 @@ async function appServer(
     wrapStore?: (store: Store) => Store;
     background: boolean;
     /** What else `createApp` is given. */
-    app?: Pick<AppOptions, 'clock' | 'now' | 'cache'>;
+    app?: Pick<AppOptions, 'clock' | 'now' | 'cache' | 'logger'>;
   },
 ): Promise<RunningServer> {
   const settings = resolveSettings(config.settings, process.env, config.runs, config.websocket);
@@ -150,7 +158,7 @@ async function appServer(
       store: options.wrapStore?.(store) ?? store,
       config,
       settings,
-      logger: false,
+      logger: options.app?.logger ?? false,
     });
     if (options.listen) url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
     if (options.background) await app.start();
