@@ -1,17 +1,15 @@
-import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAgent } from 'sluice';
 import { createConcurrencyLimiter } from 'sluice/concurrency';
-import { createToken, defineConfig, serve, type RunningServer } from '@sluice/server';
+import { defineConfig } from '@sluice/server';
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
 import {
-  type Body,
   lastUserText,
-  ownServer,
   ownStandIn,
-  preparedDataDir,
   standInModel,
+  startTestServer,
   until,
+  type TestServer,
 } from '../helpers.js';
 
 /**
@@ -25,10 +23,8 @@ import {
 const FLOOD = 8;
 const BACKGROUND_CEILING = 2;
 
-let server: RunningServer;
 let provider: ProviderStandIn;
-let dir: string;
-let token: string;
+let call: TestServer['call'];
 const limiter = createConcurrencyLimiter({
   name: 'account',
   maxConcurrent: 4,
@@ -58,8 +54,8 @@ beforeAll(async () => {
       },
     }),
   );
-  dir = await preparedDataDir();
-  server = await serve({
+  const t = await startTestServer({
+    provider,
     config: defineConfig({
       agents: {
         // The agent's own workload is interactive: without `classes`, deferred runs would use it too.
@@ -72,31 +68,13 @@ beforeAll(async () => {
       classes: { default: { workload: 'interactive' }, deferred: { workload: 'background' } },
       settings: { deferredConcurrency: FLOOD, deferredMaxRunningPerTenant: FLOOD, runConcurrency: 2 },
     }),
-    port: 0,
-    dataDir: dir,
-    databaseUrl: '',
-    logger: false,
   });
-  ownServer(server, { dir });
-  token = (await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' }))
-    .secret;
+  call = t.call;
 });
 
-afterAll(async () => {
+afterAll(() => {
   for (const release of held.splice(0)) release();
-  await server?.close();
-  await provider?.close();
-  if (dir) rmSync(dir, { recursive: true, force: true });
 });
-
-async function call(method: string, path: string, body?: unknown) {
-  const r = await fetch(`${server.url}/api/client/v1${path}`, {
-    method,
-    headers: { authorization: `Bearer ${token}`, ...(body ? { 'content-type': 'application/json' } : {}) },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  return { status: r.status, body: (await r.json()) as Body };
-}
 
 describe('classes on the provider limiter', () => {
   it('holds a deferred flood to its workload ceiling while interactive runs reach the provider at once', async () => {
@@ -174,9 +152,9 @@ describe('classes on the provider limiter', () => {
       make({ default: { workload: 'interactive' }, deferred: { workload: 'background' } }),
     ).not.toThrow();
     // A config that skipped defineConfig is refused as the server starts, before anything listens.
-    const spare = await preparedDataDir();
     await expect(
-      serve({
+      startTestServer({
+        provider,
         config: {
           agents: {
             analyst: createAgent({
@@ -187,12 +165,7 @@ describe('classes on the provider limiter', () => {
           },
           classes: { default: { workload: 'chat' } },
         },
-        port: 0,
-        dataDir: spare,
-        databaseUrl: '',
-        logger: false,
       }),
     ).rejects.toThrow(/Class `default` runs in workload `chat`.*agent `analyst`/);
-    rmSync(spare, { recursive: true, force: true });
   });
 });

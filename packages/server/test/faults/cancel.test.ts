@@ -1,16 +1,6 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { createAgent } from 'sluice';
-import { createToken, defineConfig, serve } from '@sluice/server';
-import {
-  afterThisTest,
-  freshDatabase,
-  ownServer,
-  postgres,
-  startStandIn,
-  startTestServer,
-  until,
-} from '../helpers.js';
+import { afterThisTest, freshDatabase, postgres, startStandIn, startTestServer, until } from '../helpers.js';
 
 it('M2: a scheduled run can be canceled, and then never runs', async () => {
   const { call, statusOf, server, provider } = await startTestServer();
@@ -34,60 +24,32 @@ describe.runIf(postgres)('cancel across processes', () => {
   it('M1: a run executing on another server stops there within about a second: its provider request aborted, its place held until then', async () => {
     const database = await freshDatabase();
     const provider = await startStandIn();
-    const model = {
-      api: 'openai-completions' as const,
-      provider: 'stand-in',
-      id: 'm',
-      baseUrl: provider.url,
-    };
     const start = () =>
-      serve({
-        config: defineConfig({
-          agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) },
-          settings: { maxActivePerTenant: 1 },
-        }),
-        port: 0,
-        databaseUrl: database,
-        logger: false,
-      });
+      startTestServer({ databaseUrl: database, provider, settings: { maxActivePerTenant: 1 } });
     const a = await start();
-    ownServer(a, { databaseUrl: database });
     const b = await start();
-    ownServer(b, { databaseUrl: database });
-    const token = (await createToken(a.store.db, { tenant: 't', project: 'p', user: 'u', role: 'member' }))
-      .secret;
-    const call = (url: string, method: string, path: string, body?: unknown) =>
-      fetch(`${url}/api/client/v1${path}`, {
-        method,
-        headers: {
-          authorization: `Bearer ${token}`,
-          ...(body ? { 'content-type': 'application/json' } : {}),
-        },
-        body: body ? JSON.stringify(body) : undefined,
-      }).then(async (r) => ({ status: r.status, body: (await r.json()) as Record<string, never> }));
+    const token = await a.token({ role: 'member' });
+    const call = (on: typeof a, method: string, path: string, body?: unknown) =>
+      on.call(method, path, body, token);
 
     // An inline run on A, stuck at the provider.
-    const held = call(a.url, 'POST', '/agents/echo/runs', { input: 'stall here' });
+    const held = call(a, 'POST', '/agents/echo/runs', { input: 'stall here' });
     await until(() => provider.inFlight === 1, 'the run at the provider');
     const pool = new pg.Pool({ connectionString: database, max: 1 });
     pool.on('error', () => undefined); // its database is dropped after the test
     afterThisTest(() => pool.end());
     const id = (await pool.query(`SELECT id FROM agent_runs WHERE status = 'running'`)).rows[0].id as string;
     // At the cap of 1: B refuses a second run while A's is alive.
-    expect((await call(b.url, 'POST', '/agents/echo/runs', { input: 'second', wait: false })).status).toBe(
-      429,
-    );
+    expect((await call(b, 'POST', '/agents/echo/runs', { input: 'second', wait: false })).status).toBe(429);
 
     const asked = Date.now();
-    const canceled = await call(b.url, 'POST', `/agents/runs/${id}/cancel`);
+    const canceled = await call(b, 'POST', `/agents/runs/${id}/cancel`);
     expect(canceled.body.status).toBe('canceled');
     // A stopped it: the provider saw the request go, and the place is free again.
     await until(() => provider.inFlight === 0, 'the provider request aborted');
     expect(Date.now() - asked).toBeLessThan(5_000);
     expect((await held).body).toMatchObject({ id, status: 'canceled' });
-    expect((await call(b.url, 'POST', '/agents/echo/runs', { input: 'third', wait: false })).status).toBe(
-      202,
-    );
+    expect((await call(b, 'POST', '/agents/echo/runs', { input: 'third', wait: false })).status).toBe(202);
   }, 60_000);
 });
 

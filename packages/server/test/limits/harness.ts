@@ -18,27 +18,6 @@ export const standInModel = (provider: ProviderStandIn) => pricedModel(provider,
 /** Requests to a server's API, as the token given. */
 export type LimitsCall = (method: string, path: string, token: string, body?: unknown) => Promise<Reply>;
 
-/** Requests to the server at `url` (by socket), as the token given. */
-export function apiClient(url: string): LimitsCall {
-  return async (method, path, token, body) => {
-    const r = await fetch(`${url}/api/client/v1${path}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${token}`,
-        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
-      },
-      body: body !== undefined ? JSON.stringify(body) : undefined,
-    });
-    return {
-      status: r.status,
-      retryAfter: r.headers.get('retry-after'),
-      headers: r.headers,
-      // eslint-disable-next-line @typescript-eslint/no-explicit-any -- bodies are checked field by field
-      body: (await r.json()) as Record<string, any>,
-    };
-  };
-}
-
 export interface AgentServer {
   server: RunningServer;
   provider: ProviderStandIn;
@@ -96,6 +75,7 @@ export async function startCountedApp(settings: Partial<ServerSettings>): Promis
   counts: QueryCounts;
   provider: ProviderStandIn;
   token(who?: Who): Promise<string>;
+  call: LimitsCall;
 }> {
   const counts: QueryCounts = { queries: 0, transactions: 0 };
   const t = await startTestServer({
@@ -109,5 +89,6 @@ export async function startCountedApp(settings: Partial<ServerSettings>): Promis
     counts,
     provider: t.provider,
     token: (who = {}) => t.token({ role: 'member', ...who }),
+    call: (method, path, token, body) => t.call(method, path, body, token),
   };
 }

@@ -1,6 +1,6 @@
 import { expect, it } from 'vitest';
 import { until } from '../helpers.js';
-import { apiClient, startCountedApp } from './harness.js';
+import { startCountedApp } from './harness.js';
 
 /** The deferred queue held: one deferred run may run per tenant, and one stalls. */
 // A hundred callers of one user wait at once here: the per-user cap of held callers is off.
@@ -12,9 +12,8 @@ const held = {
 };
 
 it('H5: a deferred run is answered 202 at once unless the caller sends wait: true', async () => {
-  const { app, url, provider, token } = await startCountedApp(held);
+  const { app, provider, token, call } = await startCountedApp(held);
   const member = await token();
-  const call = apiClient(url);
   const stalled = await call('POST', '/agents/echo/runs', member, { input: 'stall', class: 'deferred' });
   expect(stalled.status).toBe(202);
   await until(() => provider.inFlight === 1, 'the deferred run reaches the model');
@@ -43,9 +42,8 @@ it('H5: a deferred run is answered 202 at once unless the caller sends wait: tru
 }, 60_000);
 
 it('H5 and item 4: callers waiting on queued deferred runs cost no query per poll (10 vs 100 waiters), and a client that disconnects leaves', async () => {
-  const { app, url, provider, token, counts } = await startCountedApp(held);
+  const { app, url, provider, token, counts, call } = await startCountedApp(held);
   const member = await token();
-  const call = apiClient(url);
   const stalled = await call('POST', '/agents/echo/runs', member, { input: 'stall', class: 'deferred' });
   await until(() => provider.inFlight === 1, 'the deferred run reaches the model');
 
