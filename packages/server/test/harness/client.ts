@@ -17,11 +17,25 @@ export interface Reply {
 export type Role = 'admin' | 'member' | 'read';
 export type Who = Partial<{ tenant: string; project: string; user: string; role: Role }>;
 
+/** What a request may carry besides its JSON body and its token. */
+export interface RequestExtras {
+  /** A body sent as it is (as `application/json`), instead of `body` serialized. */
+  raw?: string;
+  /** More request headers. */
+  headers?: Record<string, string>;
+}
+
 export interface ApiClient {
   /** A token of tenant `t`, project `p`, user `u` (admin unless given). */
   token(who?: Who): Promise<string>;
-  /** A request to `/api/client/v1<path>` with the default admin token, or `token`. */
-  call(method: string, path: string, body?: unknown, token?: string): Promise<Reply>;
+  /** A request to `/api/client/v1<path>` with the default admin token, or `token` (null: none). */
+  call(
+    method: string,
+    path: string,
+    body?: unknown,
+    token?: string | null,
+    extras?: RequestExtras,
+  ): Promise<Reply>;
   /** The default admin token. */
   admin: string;
 }
@@ -41,12 +55,13 @@ export async function apiClientOf(server: { store: Store } & Transport): Promise
       })
     ).secret;
   const admin = await token();
-  const call: ApiClient['call'] = (method, path, body, as) => {
+  const call: ApiClient['call'] = (method, path, body, as, extras = {}) => {
+    const payload = extras.raw ?? (body !== undefined ? JSON.stringify(body) : undefined);
     const headers: Record<string, string> = {
-      authorization: `Bearer ${as ?? admin}`,
-      ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+      ...(as !== null ? { authorization: `Bearer ${as ?? admin}` } : {}),
+      ...(payload !== undefined ? { 'content-type': 'application/json' } : {}),
+      ...extras.headers,
     };
-    const payload = body !== undefined ? JSON.stringify(body) : undefined;
     const url = `/api/client/v1${path}`;
     return 'app' in server
       ? injected(server.app, method, url, headers, payload)

@@ -1,6 +1,13 @@
 // The server tests' harness: one way to start a server, one cleanup registry, one API client,
 // the databases, the stand-in, and testkit's `until`. The leak guard runs from setup.ts.
-export { apiClientOf, type ApiClient, type Body, type Reply, type Who } from './client.js';
+export {
+  apiClientOf,
+  type ApiClient,
+  type Body,
+  type Reply,
+  type RequestExtras,
+  type Who,
+} from './client.js';
 export {
   freshDatabase,
   poolLeftovers,

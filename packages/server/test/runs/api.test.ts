@@ -1,16 +1,15 @@
-import { ownServer, ownStandIn, preparedDataDir } from '../helpers.js';
+import { ownStandIn, startTestServer, type TestServer } from '../helpers.js';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createAgent } from 'sluice';
-import { createToken, defineConfig, serve, type RunningServer } from '@sluice/server';
+import { defineConfig, type RunningServer } from '@sluice/server';
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
 
 let provider: ProviderStandIn;
+let t: TestServer;
 let server: RunningServer;
-let dir: string;
 const tokens: Record<string, string> = {};
 
 beforeAll(async () => {
-  dir = await preparedDataDir();
   // "stall" makes the model hang (the run stays active); anything else is echoed.
   provider = ownStandIn(
     await startProviderStandIn({
@@ -32,8 +31,8 @@ beforeAll(async () => {
     // The sync window only ever elapses for runs that stall; a finishing run is answered well within it.
     settings: { maxActivePerTenant: 2, syncTimeoutMs: 3_000, runConcurrency: 2 },
   });
-  server = await serve({ config, port: 0, dataDir: dir, databaseUrl: '' });
-  ownServer(server, { dir });
+  t = await startTestServer({ provider, config });
+  server = t.server;
   for (const [name, who] of Object.entries({
     admin: { tenant: 'acme', project: 'p1', user: 'ann', role: 'admin' },
     reader: { tenant: 'acme', project: 'p1', user: 'rob', role: 'read' },
@@ -41,26 +40,13 @@ beforeAll(async () => {
     small: { tenant: 'small', project: 'p1', user: 'sam', role: 'member' },
     paging: { tenant: 'paging', project: 'p1', user: 'pat', role: 'member' },
   } as const)) {
-    tokens[name] = (await createToken(server.store.db, who)).secret;
+    tokens[name] = await t.token(who);
   }
 });
 
-async function call(method: string, path: string, token?: string, body?: unknown, raw?: string) {
-  const response = await fetch(`${server.url}/api/client/v1${path}`, {
-    method,
-    headers: {
-      ...(token ? { authorization: `Bearer ${token}` } : {}),
-      ...(body !== undefined || raw !== undefined ? { 'content-type': 'application/json' } : {}),
-    },
-    body: raw ?? (body === undefined ? undefined : JSON.stringify(body)),
-  });
-  return {
-    status: response.status,
-    headers: response.headers,
-    // eslint-disable-next-line @typescript-eslint/no-explicit-any -- bodies are checked field by field
-    body: (await response.json()) as Record<string, any>,
-  };
-}
+/** A request as `token` (none if not given), with `body` as JSON or `raw` as it is. */
+const call = (method: string, path: string, token?: string, body?: unknown, raw?: string) =>
+  t.call(method, path, body, token ?? null, { raw });
 
 async function until<T>(get: () => Promise<T>, ok: (v: T) => boolean): Promise<T> {
   for (let i = 0; i < 400; i++) {

@@ -8,6 +8,7 @@ import {
   lastUserText,
   ownStandIn,
   startTestServer,
+  type ApiClient,
   type Body,
   type Deferred,
 } from '../helpers.js';
@@ -24,6 +25,8 @@ export interface FileServer {
   url: string;
   wsUrl: string;
   token(user: string, role?: 'admin' | 'member' | 'read'): Promise<string>;
+  /** The harness's API client of the server. */
+  call: ApiClient['call'];
   release(key: string): void;
   /** The conversations the stand-in was asked to answer, in order: each message's role and text. */
   readonly asked: { role: string; text: string }[][];
@@ -60,7 +63,7 @@ export async function startFileServer(
       },
     }),
   );
-  const { server, token } = await startTestServer({
+  const { server, token, call } = await startTestServer({
     provider,
     agents: (model) => ({
       researcher: createAgent({
@@ -91,6 +94,7 @@ export async function startFileServer(
     url: `${server.url}/api/client/v1`,
     wsUrl: `${server.url.replace(/^http/, 'ws')}/api/client/v1/ws`,
     token: (user, role = 'member') => token({ tenant: 't', project: 'p', user, role }),
+    call,
     release: (key) => gateOf(key).resolve(),
     asked,
     async close() {

@@ -13,17 +13,8 @@ const open = async (user: string, how: 'header' | 'query' = 'header') => {
   const client = await Client.open(s.wsUrl, await s.token(user), how);
   return client;
 };
-const call = async (token: string, method: string, path: string, body?: unknown) => {
-  const r = await fetch(`${s.url}${path}`, {
-    method,
-    headers: {
-      authorization: `Bearer ${token}`,
-      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-    },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  return { status: r.status, body: (await r.json()) as Body };
-};
+const call = (token: string, method: string, path: string, body?: unknown) =>
+  s.call(method, path, body, token);
 const finals = ['run.completed', 'run.failed', 'run.canceled'];
 
 describe('WebSocket runs', () => {
