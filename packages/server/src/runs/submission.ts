@@ -158,8 +158,13 @@ export async function submitHeld(
     release();
     throw error;
   }
-  if (options.onDisconnect === 'cancel') cancelOnLeave(deps.executor, run.id, signalOf(options.signal));
-  return { run, done: playing.then(() => undefined).finally(release) };
+  const stopListening =
+    options.onDisconnect === 'cancel' ? cancelOnLeave(deps.executor, run.id, signalOf(options.signal)) : noop;
+  const ended = () => {
+    stopListening();
+    release();
+  };
+  return { run, done: playing.then(() => undefined).finally(ended) };
 }
 
 /** A held run executed here while its caller waits, at most the sync window; then it goes on. */
@@ -183,9 +188,21 @@ const signalOf = (gone: ClientGone): AbortSignal => (typeof gone === 'function' 
 
 const waited = (run: RunRow): Waited => ({ kind: isSettled(run.status) ? 'settled' : 'pending', run });
 
-function cancelOnLeave(executor: Executor, runId: string, signal: AbortSignal): void {
-  if (signal.aborted) executor.stop(runId, 'cancel');
-  else signal.addEventListener('abort', () => executor.stop(runId, 'cancel'), { once: true });
+const noop = () => undefined;
+
+/**
+ * Stops the run when the client goes (at once if it has gone). Returns the listener's removal,
+ * for when the run has ended: one signal may outlive many runs (a WebSocket's), and a listener
+ * left per ended run would pile up for as long as the socket lives.
+ */
+function cancelOnLeave(executor: Executor, runId: string, signal: AbortSignal): () => void {
+  if (signal.aborted) {
+    executor.stop(runId, 'cancel');
+    return noop;
+  }
+  const stop = () => executor.stop(runId, 'cancel');
+  signal.addEventListener('abort', stop, { once: true });
+  return () => signal.removeEventListener('abort', stop);
 }
 
 /** The run to admit: its id chosen now (the thread is taken under it), its thread checked, its bounds set. */
