@@ -42,7 +42,7 @@ describe.runIf(postgres && withRedis)('two server processes on one PostgreSQL an
       const over = await run(server, capped, { input: 'third' });
       expect(over.status).toBe(429);
       expect(over.body.error).toMatchObject({ type: 'agent_run_concurrency_limit', scope: 'user' });
-      expect(Number(over.headers['retry-after'])).toBeGreaterThan(0);
+      expect(Number(over.headers.get('retry-after'))).toBeGreaterThan(0);
     }
 
     // A thread held by a run in A is busy for B.

@@ -93,15 +93,19 @@ async function injected(
   payload: string | undefined,
 ): Promise<Reply> {
   const r = await app.fastify.inject({ method: method as 'GET', url, headers, payload });
+  return replyOf(r.statusCode, r.headers, JSON.parse(r.body) as Body);
+}
+
+/** A `Reply` from a status, headers as Node gives them (`IncomingHttpHeaders`, say) and a body. */
+export function replyOf(
+  status: number,
+  headers: Record<string, string | string[] | number | undefined>,
+  body: Body,
+): Reply {
   const replyHeaders = new Headers();
-  for (const [name, value] of Object.entries(r.headers)) {
+  for (const [name, value] of Object.entries(headers)) {
     if (value === undefined) continue;
     for (const one of Array.isArray(value) ? value : [value]) replyHeaders.append(name, String(one));
   }
-  return {
-    status: r.statusCode,
-    retryAfter: replyHeaders.get('retry-after'),
-    headers: replyHeaders,
-    body: JSON.parse(r.body) as Body,
-  };
+  return { status, retryAfter: replyHeaders.get('retry-after'), headers: replyHeaders, body };
 }

@@ -2,6 +2,7 @@
 // the databases, the stand-in, and testkit's `until`. The leak guard runs from setup.ts.
 export {
   apiClientOf,
+  replyOf,
   type ApiClient,
   type Body,
   type Reply,

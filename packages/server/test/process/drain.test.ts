@@ -80,7 +80,7 @@ describe.runIf(postgres)('a server process stopped by a signal', () => {
 
     const created = await send(a.url, 'POST', runs, { token, body: { input: 'late' } });
     expect([created.status, created.body.error?.type]).toEqual([503, 'server_draining']);
-    expect(created.headers['retry-after']).toBe('1');
+    expect(created.headers.get('retry-after')).toBe('1');
     const encoded = await send(a.url, 'POST', '/%61pi/client/v1/agents/echo/runs', {
       token,
       body: { input: 'late, encoded path' },

@@ -8,7 +8,15 @@ import { fileURLToPath } from 'node:url';
 import { createToken } from '@sluice/server';
 import { toDatabase, type Database } from '@sluice/postgres/database';
 import { migrate } from '../../src/store/store.js';
-import { afterThisTest, deferred, freshDatabase, testPool, type Body } from '../helpers.js';
+import {
+  afterThisTest,
+  deferred,
+  freshDatabase,
+  replyOf,
+  testPool,
+  type Body,
+  type Reply,
+} from '../helpers.js';
 
 /**
  * Real server processes for the tests of this folder: the repository's `sluice` wrapper (or the
@@ -200,25 +208,20 @@ export async function testDatabase(): Promise<TestDatabase> {
   };
 }
 
-export interface Answer {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  body: Body;
-}
-
 /**
  * One HTTP request, sent with the path exactly as written (`fetch` would be free to normalise
- * it): the tests try spellings such as `/%61pi/...`.
+ * it): the tests try spellings such as `/%61pi/...`. Answered in the harness client's `Reply`
+ * shape; a body that is not JSON comes as `{ text }`.
  */
 export function send(
   base: string,
   method: string,
   path: string,
   options: { token?: string; body?: unknown } = {},
-): Promise<Answer> {
+): Promise<Reply> {
   const { hostname, port } = new URL(base);
   const payload = options.body === undefined ? undefined : JSON.stringify(options.body);
-  const answer = new Promise<Answer>((resolve, reject) => {
+  const answer = new Promise<Reply>((resolve, reject) => {
     const req = request(
       {
         host: hostname,
@@ -242,7 +245,7 @@ export function send(
           } catch {
             body = { text };
           }
-          resolve({ status: res.statusCode!, headers: res.headers, body });
+          resolve(replyOf(res.statusCode!, res.headers, body));
         });
         res.on('error', reject);
       },
