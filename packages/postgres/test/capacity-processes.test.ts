@@ -42,8 +42,15 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: budgets and the pause across
       spawnWorker(
         './capacity-worker.ts',
         envOf(name, limits, { MODE: 'spend', DURATION_MS: '5000', LOOPS: '4' }),
+        {
+          stdin: true,
+        },
       ),
     );
+    // All four start spending together: on a busy machine one process's start-up can take
+    // longer than another's whole run, and the test is about sharing, not start-up races.
+    await Promise.all(workers.map((w) => w.line((l) => l === 'ready')));
+    for (const w of workers) w.stdin!.end('go\n');
     const outputs = await Promise.all(workers.map((w) => w.output));
     const perProcess = outputs.map((out) =>
       out

@@ -2,8 +2,10 @@
  * A worker process for the capacity tests across processes (budgets and the provider's pause).
  *
  * Env: PG (JSON connection settings), SCHEMA, LIMITER, LIMITS (JSON options), MODE:
- * - `spend`: LOOPS concurrent loops take slots with random token estimates (100 to 400 input
- *   tokens) for DURATION_MS and give each back at once without usage (the estimate stays
+ * - `spend`: prints `ready` once the limiter is ready and waits for `go` on stdin (so every
+ *   process starts spending at the same moment, however slow its start-up was); then LOOPS
+ *   concurrent loops take slots with random token estimates (100 to 400 input tokens) for
+ *   DURATION_MS and give each back at once without usage (the estimate stays
  *   charged); prints one JSON line per grant, `{ "tokens", "at", "fence" }` (`at`: the
  *   lease's acquiredAt, the database time its tokens left the buckets), then `done`;
  * - `hold`: takes a slot, prints `held`, then waits for one line on stdin, `release <status>
@@ -22,7 +24,16 @@ const limiter = createPostgresConcurrencyLimiter<string>({
   name: process.env.LIMITER!,
 });
 
+async function lineFromStdin(expected: string): Promise<void> {
+  const lines = createInterface({ input: process.stdin });
+  for await (const line of lines) if (line.trim() === expected) break;
+  lines.close();
+}
+
 async function spend(): Promise<void> {
+  await limiter.ready();
+  console.log('ready');
+  await lineFromStdin('go');
   const until = Date.now() + Number(process.env.DURATION_MS);
   const loop = async () => {
     while (Date.now() < until) {
