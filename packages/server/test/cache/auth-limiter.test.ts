@@ -1,28 +1,11 @@
-import { rmSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createAgent } from 'sluice';
-import {
-  createApp,
-  createToken,
-  defineConfig,
-  resolveSettings,
-  serve,
-  type RunningServer,
-} from '@sluice/server';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createApp, createToken, resolveSettings, type RunningServer } from '@sluice/server';
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
 import { MemoryCacheStore } from '../../src/cache/memory.js';
 import { failedAuthKey, failedAuthLimit } from '../../src/http/auth.js';
 import { standardHeaders } from '../triggers/harness.js';
-import {
-  type Body,
-  lastUserText,
-  ownServer,
-  ownStandIn,
-  preparedDataDir,
-  standInModel,
-  until,
-} from '../helpers.js';
+import { type Body, lastUserText, ownServer, ownStandIn, startTestServer, until } from '../helpers.js';
 
 /**
  * One server for the file (the CI budget): on embedded PGlite with the memory store, a per-user
@@ -31,9 +14,7 @@ import {
 let provider: ProviderStandIn;
 let server: RunningServer;
 let behindProxy: FastifyInstance;
-let closeBehindProxy: () => Promise<void>;
 let admin: string;
-let dir: string;
 
 beforeAll(async () => {
   provider = ownStandIn(
@@ -41,30 +22,18 @@ beforeAll(async () => {
       reply: (r) => (lastUserText(r).includes('stall') ? { stall: true } : { text: 'done' }),
     }),
   );
-  dir = await preparedDataDir();
-  const config = defineConfig({
-    agents: { echo: createAgent({ model: standInModel(provider), credentials: { apiKey: 'k' } }) },
-    runs: { maxConcurrentPerUser: 1 },
-  });
-  server = await serve({ config, port: 0, dataDir: dir, databaseUrl: '', logger: false });
-  ownServer(server, { dir });
-  admin = (await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' }))
-    .secret;
+  const t = await startTestServer({ provider, runs: { maxConcurrentPerUser: 1 } });
+  server = t.server;
+  admin = t.admin;
+  // A second app on the same store, trusting one proxy hop; closed (and checked) after the file.
   const proxied = await createApp({
     store: server.store,
-    config,
+    config: server.config,
     settings: resolveSettings({ trustProxyHops: 1 }, {}),
     logger: false,
   });
+  ownServer(proxied, {});
   behindProxy = proxied.fastify;
-  closeBehindProxy = () => proxied.close();
-});
-
-afterAll(async () => {
-  await closeBehindProxy?.();
-  await server?.close();
-  await provider?.close();
-  if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
 /** A request through the app's routing as if it came from `address` (the socket's peer). */
