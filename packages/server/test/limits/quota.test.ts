@@ -1,16 +1,12 @@
-import { ownServer, ownStandIn, preparedDataDir } from '../helpers.js';
+import { ownStandIn, startTestServer, type TestServer } from '../helpers.js';
 import { beforeAll, expect, it } from 'vitest';
-import { createAgent } from 'sluice';
-import { createToken, defineConfig, serve, type RunningServer } from '@sluice/server';
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
 
-let server: RunningServer;
+let t: TestServer;
 let provider: ProviderStandIn;
-let dir: string;
 const tokens: Record<string, string> = {};
 
 beforeAll(async () => {
-  dir = await preparedDataDir();
   provider = ownStandIn(
     await startProviderStandIn({
       reply: (r) => {
@@ -22,52 +18,21 @@ beforeAll(async () => {
     }),
   );
   // Priced at $1 per million tokens each way: each run costs $0.002.
-  const model = {
-    api: 'openai-completions' as const,
-    provider: 'stand-in',
-    id: 'm',
-    baseUrl: provider.url,
-    cost: { input: 1, output: 1 },
-  };
-  server = await serve({
-    config: defineConfig({
-      agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) },
-      tenants: {
-        quota: { runs: { limit: 2, per: 'day' } },
-        spender: { spend: { limitUsd: 0.003, per: 'month' } },
-      },
-      settings: { maxActivePerProject: 1 },
-    }),
-    port: 0,
-    dataDir: dir,
-    databaseUrl: '',
+  t = await startTestServer({
+    provider,
+    price: { input: 1, output: 1 },
+    tenants: {
+      quota: { runs: { limit: 2, per: 'day' } },
+      spender: { spend: { limitUsd: 0.003, per: 'month' } },
+    },
+    settings: { maxActivePerProject: 1 },
   });
-  ownServer(server, { dir });
-  for (const tenant of ['quota', 'spender']) {
-    tokens[tenant] = (
-      await createToken(server.store.db, { tenant, project: 'p', user: 'u', role: 'member' })
-    ).secret;
-  }
-  tokens.p1 = (
-    await createToken(server.store.db, { tenant: 'proj', project: 'p1', user: 'u', role: 'member' })
-  ).secret;
-  tokens.p2 = (
-    await createToken(server.store.db, { tenant: 'proj', project: 'p2', user: 'u', role: 'member' })
-  ).secret;
+  for (const tenant of ['quota', 'spender']) tokens[tenant] = await t.token({ tenant, role: 'member' });
+  tokens.p1 = await t.token({ tenant: 'proj', project: 'p1', role: 'member' });
+  tokens.p2 = await t.token({ tenant: 'proj', project: 'p2', role: 'member' });
 });
 
-const post = async (tenant: string, body: unknown) => {
-  const r = await fetch(`${server.url}/api/client/v1/agents/echo/runs`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${tokens[tenant]}`, 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  return {
-    status: r.status,
-    retryAfter: r.headers.get('retry-after'),
-    body: (await r.json()) as { id?: string; status?: string; error?: Record<string, unknown> },
-  };
-};
+const post = (tenant: string, body: unknown) => t.call('POST', '/agents/echo/runs', body, tokens[tenant]);
 
 it('the run quota: admitted runs count, a refused call costs nothing, then 429 agent_quota_exceeded with Retry-After: 60', async () => {
   expect((await post('quota', { input: 'a' })).status).toBe(200);
@@ -110,10 +75,7 @@ it('the project cap: 429 with scope project, while another project of the tenant
     class: 'default',
   });
   expect((await post('p2', { input: 'other project' })).status).toBe(200);
-  await fetch(`${server.url}/api/client/v1/agents/runs/${held.body.id}/cancel`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${tokens.p1}` },
-  });
+  await t.call('POST', `/agents/runs/${held.body.id}/cancel`, undefined, tokens.p1);
 });
 
 it('a run whose agent fails ends failed with agent_error and the reason', async () => {
