@@ -52,16 +52,7 @@ let current: {
 /** A Sluice limiter of these options: on PostgreSQL, shared by every worker, or in this process. */
 function sluiceLimiter(name: string, options: ConcurrencyLimiterOptions): ConcurrencyLimiter<string> {
   if (inMemory) return createConcurrencyLimiter({ ...options, name });
-  // Every worker has the same limits, so replacing the stored ones changes nothing; it is set
-  // because @sluice/postgres (7a882ab) compares a stored `rate` by its JSON text, whose key
-  // order jsonb changes, and refuses a `rate` of two budgets even against its own row.
-  return createPostgresConcurrencyLimiter({
-    ...options,
-    db: pool,
-    schema: 'bench_capacity',
-    name,
-    onConflict: 'replace',
-  });
+  return createPostgresConcurrencyLimiter({ ...options, db: pool, schema: 'bench_capacity', name });
 }
 
 async function limiterFor(

@@ -55,7 +55,10 @@ export function differences(mine: StoredLimits, stored: StoredLimits): string[] 
     if (mine[key] !== stored[key]) out.push(`${key} ${mine[key]} here, ${stored[key]} stored`);
   }
   for (const key of ['rate', 'adaptive'] as const) {
-    const show = (l: StoredLimits) => JSON.stringify(l[key] ?? null);
+    // jsonb keeps an object's keys in its own order (shorter keys first), not the order they
+    // were written in: compare the sorted entries, or a limiter with two budgets would be
+    // refused against the row it stored itself.
+    const show = (l: StoredLimits) => canonical(l[key]);
     if (show(mine) !== show(stored)) out.push(`${key} ${show(mine)} here, ${show(stored)} stored`);
   }
   const names = (l: StoredLimits) => l.workloads.map((w) => w.name).join(', ');
@@ -70,6 +73,14 @@ export function differences(mine: StoredLimits, stored: StoredLimits): string[] 
     }
   }
   return out;
+}
+
+/** An option object as JSON with its keys sorted; `null` when absent. */
+function canonical(value: object | null | undefined): string {
+  if (value === undefined || value === null) return 'null';
+  return JSON.stringify(
+    Object.fromEntries(Object.entries(value).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))),
+  );
 }
 
 /**

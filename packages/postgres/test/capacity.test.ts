@@ -98,4 +98,31 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: capacity shared by limiter o
     made.push(other);
     await expect(other.ready()).rejects.toThrow('rate {"tokens":2000} here, {"tokens":1000} stored');
   }, 30_000);
+
+  it('a worker with the same two budgets joins the row that stored them (jsonb reorders their keys)', async () => {
+    const rate = { requestsPerMinute: 600, tokensPerMinute: 60_000 };
+    const [a] = pair('two-budgets', { maxConcurrent: 2, rate });
+    await a.ready();
+    const again = createPostgresConcurrencyLimiter({
+      maxConcurrent: 2,
+      rate,
+      db: pool,
+      schema,
+      name: 'two-budgets',
+    });
+    made.push(again);
+    await again.ready();
+    expect((await again.stats()).budgets?.tokens?.capacity).toBe(60_000);
+    const other = createPostgresConcurrencyLimiter({
+      maxConcurrent: 2,
+      rate: { requestsPerMinute: 600, tokensPerMinute: 50_000 },
+      db: pool,
+      schema,
+      name: 'two-budgets',
+    });
+    made.push(other);
+    await expect(other.ready()).rejects.toThrow(
+      'rate {"requests":600,"tokens":50000} here, {"requests":600,"tokens":60000} stored',
+    );
+  }, 30_000);
 });
