@@ -1,11 +1,11 @@
-import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments, parse as parseYaml } from 'yaml';
 import { createAgent } from 'sluice';
-import { defineConfig, resolveSettings, serve, type RunningServer } from '@sluice/server';
-import { preparedDataDir } from '../helpers.js';
+import { defineConfig, resolveSettings, type RunningServer } from '@sluice/server';
+import { startTestServer } from '../helpers.js';
 
 // Docker does not run here: the deploy files are parsed and held against the code they deploy
 // (its CLI, its routes, its settings) and against each other.
@@ -63,29 +63,19 @@ const fetchedPath = (command: string) => /http:\/\/127\.0\.0\.1:\d+(\/[a-z/]*)/.
 const drainMsOf = (value: string | undefined) =>
   resolveSettings(undefined, value === undefined ? {} : { AGENT_RUN_DRAIN_TIMEOUT_MS: value }).drainTimeoutMs;
 
-// One server for the file (helpers' startTestServer would close it after the first test).
+// One server for the file (started in beforeAll, the harness closes it after the last test).
 let server: RunningServer;
-let dir: string;
 beforeAll(async () => {
-  dir = await preparedDataDir();
   const model = {
     api: 'openai-completions' as const,
     provider: 'none',
     id: 'm',
     baseUrl: 'http://127.0.0.1:9',
   };
-  server = await serve({
+  ({ server } = await startTestServer({
     config: defineConfig({ agents: { idle: createAgent({ model, credentials: { apiKey: 'k' } }) } }),
-    port: 0,
-    dataDir: dir,
-    databaseUrl: '',
-    logger: false,
-  });
+  }));
 }, 120_000);
-afterAll(async () => {
-  await server?.close();
-  if (dir) rmSync(dir, { recursive: true, force: true });
-});
 /** Each path a probe names must be a route the server answers 200 on when it is ready. */
 async function expectRoute(path: string | undefined): Promise<void> {
   expect(path).toMatch(/^\//);
