@@ -1,11 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import { rmSync } from 'node:fs';
 import { Writable } from 'node:stream';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createAgent } from 'sluice';
-import { createToken, defineConfig, serve, type RunningServer } from '@sluice/server';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { RunningServer } from '@sluice/server';
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
-import { lastUserText, ownServer, ownStandIn, preparedDataDir, standInModel, until } from '../helpers.js';
+import { lastUserText, ownStandIn, startTestServer, until } from '../helpers.js';
 
 // One server in this process whose pino stream is captured: every line is parsed, each request's
 // lines carry its id, and a token and a prompt marker sent every way a client can send them
@@ -15,7 +13,6 @@ const marker = `PROMPT-MARKER-${randomBytes(8).toString('hex')}`;
 let output = '';
 let server: RunningServer;
 let provider: ProviderStandIn;
-let dir: string;
 let admin: string;
 
 interface Line {
@@ -33,7 +30,6 @@ const lines = (): Line[] =>
     .map((l) => JSON.parse(l) as Line);
 
 beforeAll(async () => {
-  dir = await preparedDataDir();
   provider = ownStandIn(
     await startProviderStandIn({
       reply: (r) => {
@@ -44,29 +40,15 @@ beforeAll(async () => {
       },
     }),
   );
-  const model = standInModel(provider);
   const stream = new Writable({
     write(chunk: Buffer, _encoding, done) {
       output += chunk.toString();
       done();
     },
   });
-  server = await serve({
-    config: defineConfig({ agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) } }),
-    port: 0,
-    dataDir: dir,
-    databaseUrl: '',
-    logger: { level: 'info', stream },
-  });
-  ownServer(server, { dir });
-  admin = (await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'admin' }))
-    .secret;
-});
-
-afterAll(async () => {
-  await server?.close();
-  await provider?.close();
-  if (dir) rmSync(dir, { recursive: true, force: true });
+  const t = await startTestServer({ provider, logger: { level: 'info', stream } });
+  server = t.server;
+  admin = t.admin;
 });
 
 async function request(
