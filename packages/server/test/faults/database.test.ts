@@ -1,6 +1,5 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { createAgent } from 'sluice';
 import { toDatabase, type ListenOptions } from '@sluice/postgres/database';
 import { createToken, defineConfig, serve } from '@sluice/server';
 import { RunEvents } from '../../src/runs/events.js';
@@ -14,6 +13,7 @@ import {
   postgres,
   preparedDataDir,
   startDatabaseProxy,
+  startTestServer,
   throughProxy,
   until,
 } from '../helpers.js';
@@ -34,31 +34,10 @@ describe.runIf(postgres)('database faults on PostgreSQL', () => {
       },
     });
     afterThisTest(() => provider.close());
-    const model = {
-      api: 'openai-completions' as const,
-      provider: 'stand-in',
-      id: 'm',
-      baseUrl: provider.url,
-    };
-    const server = await serve({
-      config: defineConfig({ agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) } }),
-      port: 0,
-      databaseUrl: throughProxy(database, proxy.port),
-      logger: false,
-    });
-    ownServer(server, {});
-    const token = (
-      await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'member' })
-    ).secret;
-    const post = (body: object) =>
-      fetch(`${server.url}/api/client/v1/agents/echo/runs`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-      }).then(async (r) => ({
-        status: r.status,
-        body: (await r.json()) as { id: string; status: string; error?: { type: string } },
-      }));
+    const t = await startTestServer({ provider, databaseUrl: throughProxy(database, proxy.port) });
+    const server = t.server;
+    const token = await t.token({ role: 'member' });
+    const post = (body: object) => t.call('POST', '/agents/echo/runs', body, token);
     const ready = async () => (await fetch(`${server.url}/readyz`)).status;
 
     const inline = post({ input: 'slow inline' });
@@ -99,28 +78,11 @@ describe.runIf(postgres)('database faults on PostgreSQL', () => {
     const database = await freshDatabase();
     const provider = await startProviderStandIn();
     afterThisTest(() => provider.close());
-    const model = {
-      api: 'openai-completions' as const,
-      provider: 'stand-in',
-      id: 'm',
-      baseUrl: provider.url,
-    };
-    const server = await serve({
-      config: defineConfig({ agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) } }),
-      port: 0,
-      databaseUrl: database,
-      logger: false,
-    });
-    ownServer(server, {});
-    const token = (
-      await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'member' })
-    ).secret;
-    const post = () =>
-      fetch(`${server.url}/api/client/v1/agents/echo/runs`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ input: 'x', wait: false }),
-      }).then((r) => r.status);
+    const t = await startTestServer({ provider, databaseUrl: database });
+    const server = t.server;
+    const token = await t.token({ role: 'member' });
+    const post = async () =>
+      (await t.call('POST', '/agents/echo/runs', { input: 'x', wait: false }, token)).status;
     const admin = new pg.Client({ connectionString: database });
     await admin.connect();
     afterThisTest(() => admin.end());
