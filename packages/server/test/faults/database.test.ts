@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { toDatabase, type ListenOptions } from '@sluice/postgres/database';
-import { createToken, defineConfig, serve } from '@sluice/server';
+import { defineConfig } from '@sluice/server';
 import { RunEvents } from '../../src/runs/events.js';
 import { startProviderStandIn } from '@sluice/testkit';
 import {
@@ -9,9 +9,7 @@ import {
   databaseNameOf,
   freshDatabase,
   lastUserText,
-  ownServer,
   postgres,
-  preparedDataDir,
   startDatabaseProxy,
   startTestServer,
   throughProxy,
@@ -172,19 +170,11 @@ describe('text jsonb cannot hold', () => {
   it('H2: an answer with U+0000 and a lone surrogate is stored cleaned, and the process goes on', async () => {
     const weird = { run: async () => ({ text: 'a\u0000b\ud800c', data: undefined, usage: { cost: 0 } }) };
     const config = defineConfig({ agents: { weird: weird as never } });
-    const dir = await preparedDataDir();
-    const server = await serve({ config, port: 0, dataDir: dir, databaseUrl: '', logger: false });
-    ownServer(server, { dir });
-    const token = (
-      await createToken(server.store.db, { tenant: 't', project: 'p', user: 'u', role: 'member' })
-    ).secret;
-    const r = await fetch(`${server.url}/api/client/v1/agents/weird/runs`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ input: 'x' }),
-    });
+    const t = await startTestServer({ config });
+    const server = t.server;
+    const r = await t.call('POST', '/agents/weird/runs', { input: 'x' }, await t.token({ role: 'member' }));
     expect(r.status).toBe(200);
-    expect(((await r.json()) as { output: { text: string } }).output.text).toBe('a\ufffdb\ufffdc');
+    expect((r.body as { output: { text: string } }).output.text).toBe('a\ufffdb\ufffdc');
     expect((await fetch(`${server.url}/readyz`)).status).toBe(200);
   });
 });
