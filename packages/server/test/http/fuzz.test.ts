@@ -1,7 +1,6 @@
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { serve, type RunningServer } from '@sluice/server';
-import { ownServer, preparedDataDir } from '../helpers.js';
+import { startTestServer, type TestServer } from '../helpers.js';
 import { errorShapeProblem, harnessConfig, mintTokens, type TokenName } from './principals.js';
 import { fuzzCase, renderCase, routes, type CaseKind, type FuzzCase } from './fuzz-cases.js';
 import { rawExchange, type RawExchange } from './raw-client.js';
@@ -13,31 +12,22 @@ import { rawExchange, type RawExchange } from './raw-client.js';
 const FUZZ_CASES = 3_000;
 const seed = process.env.FUZZ_SEED === undefined ? undefined : Number(process.env.FUZZ_SEED);
 
-let server: RunningServer;
-let dir: string;
+let server: TestServer;
 let port: number;
 let tokens: Record<TokenName, string>;
 let runId: string;
 
 beforeAll(async () => {
-  dir = await preparedDataDir();
   // Held calls end within 10 s whatever a generated body asks for.
-  const { config } = await harnessConfig({ syncTimeoutMs: 10_000 });
-  server = await serve({ config, port: 0, dataDir: dir, databaseUrl: '', logger: false });
-  ownServer(server, { dir });
-  port = Number(new URL(server.url).port);
-  tokens = await mintTokens(server.store);
+  const { config, provider } = await harnessConfig({ syncTimeoutMs: 10_000 });
+  server = await startTestServer({ config, provider });
+  port = Number(new URL(server.server.url).port);
+  tokens = await mintTokens(server.server.store);
   runId = (await createRun()).body.id as string;
 }, 180_000);
 
-async function createRun() {
-  const response = await fetch(`${server.url}/api/client/v1/agents/echo/runs`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${tokens.member}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ input: 'hello' }),
-  });
-  return { status: response.status, body: (await response.json()) as Record<string, unknown> };
-}
+/** An ordinary run, as a member's client posts it. */
+const createRun = () => server.call('POST', '/agents/echo/runs', { input: 'hello' }, tokens.member);
 
 /** What is wrong with an exchange, or undefined. */
 function problemOf(c: FuzzCase, exchange: RawExchange, halfClose: boolean): string | undefined {
@@ -106,7 +96,8 @@ describe('hostile HTTP input (issue 8, item 3)', () => {
   }, 1_800_000);
 
   it('after the fuzz: /readyz is 200 and a normal run succeeds', async () => {
-    expect((await fetch(`${server.url}/readyz`)).status).toBe(200);
+    const ready = await server.call('GET', '/readyz', undefined, null, { fullPath: true, anyBody: true });
+    expect(ready.status).toBe(200);
     const run = await createRun();
     expect(run.status).toBe(200);
     expect(run.body).toMatchObject({ status: 'succeeded', output: { text: 'echo hello' } });

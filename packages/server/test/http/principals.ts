@@ -77,7 +77,7 @@ export interface CallOptions {
   token?: TokenName | null;
   /** Sent as JSON with `content-type: application/json`. */
   body?: unknown;
-  /** Sent as is; the content type is whatever `headers` says. */
+  /** Sent as is, as `application/json` unless `headers` say otherwise. */
   raw?: string | Buffer;
   headers?: OutgoingHttpHeaders;
 }
@@ -86,7 +86,7 @@ export interface InjectHarness {
   readonly app: ServerApp;
   readonly store: Store;
   readonly tokens: Readonly<Record<TokenName, string>>;
-  /** A request through `fastify.inject` (no socket); paths under `/api/client/v1` are given in full. */
+  /** A request through the harness's client over `fastify.inject` (no socket); paths are given in full. */
   call(method: string, path: string, options?: CallOptions): Promise<Answer>;
   close(): Promise<void>;
 }
@@ -98,7 +98,8 @@ export interface InjectHarness {
  */
 export async function startInjectHarness(settings: Partial<ServerSettings> = {}): Promise<InjectHarness> {
   const { config, provider } = await harnessConfig(settings);
-  const { server } = await startTestServer({ config, provider, transport: 'inject', background: false });
+  const started = await startTestServer({ config, provider, transport: 'inject', background: false });
+  const { server } = started;
   const app: ServerApp = server;
   const store = server.store;
   const tokens = await mintTokens(store);
@@ -106,30 +107,41 @@ export async function startInjectHarness(settings: Partial<ServerSettings> = {})
     app,
     store,
     tokens,
+    // The harness's one client, its `Reply` read as an `Answer`.
     async call(method, path, options = {}) {
       const token = options.token === undefined ? 'admin' : options.token;
-      const headers: OutgoingHttpHeaders = {
-        ...(token ? { authorization: `Bearer ${tokens[token]}` } : {}),
-        ...(options.body !== undefined ? { 'content-type': 'application/json' } : {}),
-        ...options.headers,
-      };
-      const payload = options.raw ?? (options.body === undefined ? undefined : JSON.stringify(options.body));
-      const response = await app.fastify.inject({
-        method: method as 'GET',
-        url: path,
-        headers: headers as Record<string, string>,
-        payload,
+      const reply = await started.call(method, path, options.body, token ? tokens[token] : null, {
+        raw: options.raw,
+        headers: headerStrings(options.headers),
+        fullPath: true,
+        anyBody: true,
       });
-      let body: Body | undefined;
-      try {
-        body = response.body === '' ? undefined : (JSON.parse(response.body) as Body);
-      } catch {
-        body = undefined;
-      }
-      return { status: response.statusCode, headers: response.headers, body, text: response.body };
+      return {
+        status: reply.status,
+        headers: Object.fromEntries(reply.headers),
+        body: jsonOrUndefined(reply.text ?? ''),
+        text: reply.text ?? '',
+      };
     },
     close: () => server.close(),
   };
+}
+
+function headerStrings(headers: OutgoingHttpHeaders = {}): Record<string, string> {
+  const strings: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value !== undefined) strings[name] = Array.isArray(value) ? value.join(', ') : String(value);
+  }
+  return strings;
+}
+
+/** The body parsed as JSON, or undefined when it is empty or not JSON. */
+function jsonOrUndefined(text: string): Body | undefined {
+  try {
+    return text === '' ? undefined : (JSON.parse(text) as Body);
+  } catch {
+    return undefined;
+  }
 }
 
 /**
