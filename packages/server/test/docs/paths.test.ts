@@ -58,7 +58,11 @@ const folders = (dir: string, depth: number): string[] =>
 
 describe('the docs and the tree they describe', () => {
   it.each(docs)('every packages/ path %s names exists', (doc) => {
-    const missing = pathsIn(read(doc)).filter((path) => !existsSync(join(root, path)));
+    // Build output (`packages/server/dist/cli.js`) is not in the tree until `npm run build`:
+    // its paths are the build's to keep, not the docs'.
+    const missing = pathsIn(read(doc)).filter(
+      (path) => !path.includes('/dist/') && !existsSync(join(root, path)),
+    );
     expect(missing, `${doc} names paths that do not exist`).toEqual([]);
   });
 
