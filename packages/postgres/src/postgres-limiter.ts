@@ -4,8 +4,6 @@ import {
   resolveWorkload,
   type AcquireRequest,
   type Clock,
-  type ClockTimer,
-  type ConcurrencyEvent,
   type ConcurrencyEventListener,
   type ConcurrencyLease,
   type ConcurrencyLimiter,
@@ -14,7 +12,6 @@ import {
   type ReleaseDetails,
   type ResolvedLimits,
 } from 'sluice/concurrency';
-import type { ReleaseOutcome } from './pass-capacity.js';
 import type { Database } from './database.js';
 import { hubFor, type ListenHub, type OfferNotice } from './hub.js';
 import {
@@ -30,6 +27,7 @@ import { newMetrics, type LimiterMetrics } from './metrics.js';
 import { limiterQueries, type LeaseRow, type LimiterQueries } from './queries.js';
 import { registerLimits } from './register.js';
 import { ensureSchema } from './schema.js';
+import { CapacityListeners, InFlight, WakeTimer } from './limiter-parts.js';
 import { LocalWaiters, type LocalWaiter, type WaitEnd } from './waiters.js';
 
 // One shared registry per hub: a pass may grant a slot to a waiter of another limiter
@@ -66,13 +64,12 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
   readonly #polls: PollSchedule;
   #ready: Promise<void> | undefined;
   #closed = false;
-  readonly #listeners = new Set<ConcurrencyEventListener>();
+  readonly #listeners: CapacityListeners;
   /** A pass at the moment a waiting request fits a refilled budget or the pause ends. */
-  #wakeTimer: ClockTimer | undefined;
-  #wakeTimerAt = Infinity;
+  readonly #wake: WakeTimer;
   #closing: Promise<void> | undefined;
-  /** Database work under way (passes, claims, polls, give-backs): close() waits for all of it. */
-  readonly #inFlight = new Set<Promise<unknown>>();
+  /** Database work under way: close() waits for all of it. */
+  readonly #inFlight = new InFlight();
 
   constructor(options: PostgresConcurrencyLimiterOptions<W>) {
     const resolved = resolvePostgresLimiterOptions(options);
@@ -83,6 +80,10 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     this.#clock = resolved.clock;
     this.#errors = limiterErrors(this.limits);
     this.#q = limiterQueries(this.settings.schema);
+    this.#listeners = new CapacityListeners(this.name, this.#clock);
+    this.#wake = new WakeTimer(this.#clock, () => {
+      if (!this.#closed) void this.#track(this.#submit({})).catch(() => undefined);
+    });
     this.#outage = new OutageWatch(this.#clock, this.settings.outageGraceMs, (cause) =>
       this.#onOutage(cause),
     );
@@ -435,7 +436,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     } catch (error) {
       throw this.#errors.failure(error, lease.workload, {});
     }
-    if (result.released) this.#announce(result.released, lease.workload);
+    if (result.released) this.#listeners.announce(result.released, lease.workload);
   }
 
   stats(): Promise<ConcurrencyStats<W>> {
@@ -449,26 +450,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
    * releases made through it (the pause and the limit themselves hold for every process).
    */
   subscribe(listener: ConcurrencyEventListener): () => void {
-    this.#listeners.add(listener);
-    return () => {
-      this.#listeners.delete(listener);
-    };
-  }
-
-  #announce(outcome: ReleaseOutcome, workload: string): void {
-    const base = { limiter: this.name, workload, at: this.#clock.now() };
-    const events: ConcurrencyEvent[] = [];
-    if (outcome.throttled) events.push({ ...base, type: 'provider-throttled', ...outcome.throttled });
-    if (outcome.limitChanged) events.push({ ...base, type: 'limit-changed', ...outcome.limitChanged });
-    for (const event of events) {
-      for (const listener of this.#listeners) {
-        try {
-          listener(event);
-        } catch {
-          // A listener cannot break the limiter.
-        }
-      }
-    }
+    return this.#listeners.subscribe(listener);
   }
 
   /** Runs a pass, then looks again when the pass says a waiting request may fit. */
@@ -478,36 +460,9 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     return result;
   }
 
-  /**
-   * One timer per limiter object, for the earliest moment a request waiting here or elsewhere
-   * fits a refilled budget, or the pause ends: it runs an empty pass, which grants (and offers
-   * to other processes) whatever fits then. Any process that learns the time arms it, so a
-   * head that waits for a budget is served at the refill even when its own process has not
-   * run a pass since.
-   */
+  /** An empty pass at the moment the pass says a waiting request may fit: it grants (and offers to other processes) whatever fits then. */
   #armWake(): void {
-    const at = this.#passes.wakeAt;
-    if (this.#closed || at === Infinity) {
-      this.#clearWake();
-      return;
-    }
-    if (this.#wakeTimer !== undefined && this.#wakeTimerAt <= at) return;
-    this.#clearWake();
-    this.#wakeTimerAt = at;
-    this.#wakeTimer = this.#clock.setTimeout(
-      () => {
-        this.#wakeTimer = undefined;
-        this.#wakeTimerAt = Infinity;
-        if (!this.#closed) void this.#track(this.#submit({})).catch(() => undefined);
-      },
-      Math.max(0, at - this.#clock.now()),
-    );
-  }
-
-  #clearWake(): void {
-    if (this.#wakeTimer !== undefined) this.#clock.clearTimeout(this.#wakeTimer);
-    this.#wakeTimer = undefined;
-    this.#wakeTimerAt = Infinity;
+    this.#wake.arm(this.#closed ? Infinity : this.#passes.wakeAt);
   }
 
   /**
@@ -524,7 +479,7 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
   async #close(): Promise<void> {
     this.#closed = true;
     this.#polls.cancel();
-    this.#clearWake();
+    this.#wake.clear();
     for (const waiter of this.#waiters.list()) {
       const error = this.#errors.failure(
         new Error('the limiter was closed'),
@@ -533,22 +488,14 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
       );
       this.#end(waiter, { error, deadline: false });
     }
-    await Promise.all([this.#settled(), this.#hub.leave(this)]);
+    await Promise.all([this.#inFlight.settled(), this.#hub.leave(this)]);
     // A failed statement leaves the outage watch running until its grace ends.
     this.#outage.stop();
   }
 
-  /** Resolves when the work in flight, and whatever it starts in turn (a give-back), has ended. */
-  async #settled(): Promise<void> {
-    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
-  }
-
   /** Keeps `work` where close() can wait for it. */
   #track<T>(work: Promise<T>): Promise<T> {
-    this.#inFlight.add(work);
-    const untrack = () => void this.#inFlight.delete(work);
-    work.then(untrack, untrack);
-    return work;
+    return this.#inFlight.track(work);
   }
 }
 

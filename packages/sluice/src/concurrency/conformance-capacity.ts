@@ -11,6 +11,7 @@ import { ConcurrencyConfigError, ConcurrencyTimeoutError } from './errors.js';
 import type { AcquireRequest, ConcurrencyLimiter } from './limiter.js';
 import type { ConcurrencyLimiterOptions } from './options.js';
 import { waitUntilQueued } from './conformance-fairness.js';
+import { describe, settle } from './conformance-support.js';
 
 type AnyLimiter = ConcurrencyLimiter<string>;
 type Make = (o: Omit<ConcurrencyLimiterOptions<string>, 'name'>) => Promise<AnyLimiter>;
@@ -21,19 +22,6 @@ export interface CapacityCase {
 }
 
 const LONG = 10_000;
-
-type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
-
-function settle<T>(promise: Promise<T>): Promise<Settled<T>> {
-  return promise.then(
-    (value) => ({ ok: true as const, value }),
-    (error: unknown) => ({ ok: false as const, error }),
-  );
-}
-
-function describe(error: unknown): string {
-  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-}
 
 /**
  * The cases. `shortWaitMs` is how long a request may wait when it is expected to get nothing.

@@ -5,6 +5,7 @@ import { ConcurrencyConfigError, ConcurrencyQueueFullError, ConcurrencyTimeoutEr
 import type { AcquireRequest, ConcurrencyLease, ConcurrencyLimiter } from './limiter.js';
 import { capacityConformanceCases } from './conformance-capacity.js';
 import { fairnessConformanceCases, waitUntilQueued } from './conformance-fairness.js';
+import { describe, settle } from './conformance-support.js';
 import type { ConcurrencyLimiterOptions } from './options.js';
 
 type AnyLimiter = ConcurrencyLimiter<string>;
@@ -436,17 +437,4 @@ export function concurrencyConformanceCases(options: ConformanceOptions): Confor
     for (const c of capacityConformanceCases(short)) cases.push({ name: c.name, run: withLimiters(c.run) });
   }
   return cases;
-}
-
-type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
-
-function settle<T>(promise: Promise<T>): Promise<Settled<T>> {
-  return promise.then(
-    (value) => ({ ok: true as const, value }),
-    (error: unknown) => ({ ok: false as const, error }),
-  );
-}
-
-function describe(error: unknown): string {
-  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }
