@@ -16,7 +16,7 @@ export default defineConfig({
     // The cleanup registry and, for the server's tests, the leak guard (see the file).
     setupFiles: ['packages/server/test/harness/setup.ts'],
     // Servers started by tests log only errors unless asked otherwise: the run stays readable.
-    env: { SLUICE_LOG_LEVEL: process.env.SLUICE_LOG_LEVEL ?? 'error' },
+    env: { SLUICE_LOG_LEVEL: process.env.SLUICE_LOG_LEVEL ?? 'error', MODE: 'development' },
     // Server tests boot an embedded PGlite (a WebAssembly PostgreSQL) per test: seconds on a busy 2-core box.
     testTimeout: 60_000,
     hookTimeout: 60_000,

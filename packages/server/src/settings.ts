@@ -46,7 +46,7 @@ export interface ServerSettings {
   callbackAllowPrivate: boolean;
   /**
    * SLUICE_RUN_TIMEOUT_MS (`runs.timeoutMs`): the longest a held run (inline or streamed) may
-   * take; null: no limit. Default 300,000 with NODE_ENV=production, none otherwise.
+   * take; null: no limit. Default 300,000 with MODE=production (or, without MODE, NODE_ENV=production), none otherwise.
    */
   runTimeoutMs: number | null;
   /** SLUICE_MAX_CONCURRENT_PER_USER (`runs.maxConcurrentPerUser`): held runs of one user at once; 0 = no cap. */
@@ -91,7 +91,20 @@ export interface RunsConfig {
 }
 
 /** The run timeout when nothing sets one: bounded in production, open while developing. */
-const defaultRunTimeoutMs = (env: NodeJS.ProcessEnv) => (env.NODE_ENV === 'production' ? 5 * MINUTE : null);
+const defaultRunTimeoutMs = (env: NodeJS.ProcessEnv) => (isProduction(env) ? 5 * MINUTE : null);
+
+/**
+ * MODE (the spec's name) decides when it is set, so `MODE=development` opens the timeout even in
+ * an image that sets NODE_ENV=production; without it, NODE_ENV does. A misspelt MODE would
+ * silently mean development, so anything but the two names is refused.
+ */
+function isProduction(env: NodeJS.ProcessEnv): boolean {
+  const mode = env.MODE;
+  if (mode === undefined || mode === '') return env.NODE_ENV === 'production';
+  if (mode !== 'production' && mode !== 'development')
+    throw new SettingsError('MODE', mode, `Expected MODE to be production or development, got \`${mode}\``);
+  return mode === 'production';
+}
 
 export const settingDefaults: ServerSettings = Object.freeze({
   maxActivePerTenant: 250,

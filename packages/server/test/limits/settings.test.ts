@@ -80,6 +80,30 @@ describe('the bounds of held runs (runs.* in the config, SLUICE_* variables)', (
     expect(resolveSettings({}, { NODE_ENV: 'production' }).runTimeoutMs).toBe(300_000);
   });
 
+  it("MODE, the spec's name, gives the 300 s timeout too, and decides over NODE_ENV when set", () => {
+    expect(resolveSettings({}, { MODE: 'production' }).runTimeoutMs).toBe(300_000);
+    expect(resolveSettings({}, { MODE: 'development' }).runTimeoutMs).toBeNull();
+    // An image that sets NODE_ENV=production can still be run open for debugging.
+    expect(resolveSettings({}, { MODE: 'development', NODE_ENV: 'production' }).runTimeoutMs).toBeNull();
+    expect(resolveSettings({}, { MODE: 'production', NODE_ENV: 'test' }).runTimeoutMs).toBe(300_000);
+    expect(resolveSettings({}, { MODE: '', NODE_ENV: 'production' }).runTimeoutMs).toBe(300_000);
+    // An explicit timeout wins over either mode.
+    expect(resolveSettings({}, { MODE: 'production' }, { timeoutMs: null }).runTimeoutMs).toBeNull();
+    expect(resolveSettings({}, { MODE: 'production', SLUICE_RUN_TIMEOUT_MS: '7' }).runTimeoutMs).toBe(7);
+  });
+
+  it('a MODE other than production or development is refused, naming MODE and the value', () => {
+    // `prod`, a capital, or vitest's own `test`: each would silently have meant "no timeout".
+    for (const mode of ['prod', 'Production', 'test', 'staging ']) {
+      const error = refusal({}, { MODE: mode });
+      expect(error.variable).toBe('MODE');
+      expect(error.value).toBe(mode);
+      expect(error.message).toContain('MODE');
+      expect(error.message).toContain('production or development');
+      expect(error.message).toContain(`\`${mode}\``);
+    }
+  });
+
   it('the runs block sets them; null removes the timeout and the user cap, even in production', () => {
     const runs = {
       timeoutMs: 5_000,

@@ -161,3 +161,14 @@ describe('sluice serve on a port already taken (L6)', () => {
     }
   }, 180_000);
 });
+
+describe('sluice serve with a MODE it does not know', () => {
+  it('MODE=staging stops the start with code 1, naming MODE and the value; nothing was opened (no .sluice)', async () => {
+    const cwd = tempDir();
+    const cli = sluice(['serve', '--port', '0', '--config', echoConfig], { cwd, env: { MODE: 'staging' } });
+    expect(await cli.closed).toEqual({ code: 1, signal: null });
+    expect(cli.output()).toContain('Expected MODE to be production or development, got `staging`');
+    expect(cli.output()).not.toMatch(servingLine);
+    expect(existsSync(join(cwd, '.sluice'))).toBe(false);
+  });
+});
