@@ -6,7 +6,7 @@ import type { RunsConfig, ServerSettings, WebsocketConfig } from './settings.js'
 export type QuotaPeriod = 'hour' | 'day' | 'month';
 
 export interface TenantQuota {
-  /** Default-class runs active at once (the cap is the smaller of this and the setting). */
+  /** Default-class runs active at once (the cap is the smaller of this and the setting); 0: none at all, not "no cap". */
   maxConcurrentAgentRuns?: number;
   /** Runs admitted per period; more get 429 agent_quota_exceeded (Retry-After: 60). */
   runs?: { limit: number; per: QuotaPeriod };

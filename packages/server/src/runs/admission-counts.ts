@@ -83,6 +83,8 @@ export class Tally {
   /** The cap the run would go over, if any: the tenant's first, then its project's. */
   over(item: Counted): Refusal | undefined {
     const { set } = setOf(item.run, item.limits);
+    if (item.limits.defaultClosed && item.run.class === 'default')
+      return closedRefusal(this.count('', 'active'));
     const counts = { tenant: this.count('', set), project: this.count(item.who.project, set) };
     const full = firstFull(capLevels(set, item.limits, counts));
     if (!full) return undefined;
@@ -105,6 +107,16 @@ export class Tally {
     }
   }
 }
+
+/** A tenant whose quota allows no default-class run: refused as at a full cap of 0, scheduled runs too. */
+const closedRefusal = (active: number): Refusal => ({
+  kind: 'concurrency',
+  scope: 'tenant',
+  class: 'default',
+  limit: 'max_active_runs',
+  limitValue: 0,
+  active,
+});
 
 /**
  * Decides runs from counts alone, in order: each is refused by the first cap it would go over,

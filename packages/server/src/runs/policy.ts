@@ -8,6 +8,11 @@ const periodMs = { hour: HOUR, day: 24 * HOUR, month: 30 * 24 * HOUR } as const;
 export interface TenantLimits {
   /** Default-class runs queued or running. */
   activePerTenant: number;
+  /**
+   * The tenant's quota `maxConcurrentAgentRuns` is 0: it may have no default-class run at all
+   * (a cap of 0 elsewhere means no cap, so this cannot be said with `activePerTenant`).
+   */
+  defaultClosed?: boolean;
   activePerProject: number;
   /** Deferred runs queued or scheduled. */
   deferredQueued: number;
@@ -32,6 +37,7 @@ export function tenantPolicy(
     limits = Object.freeze({
       // The smaller of the setting and the tenant's own cap, where 0 means none.
       activePerTenant: own === undefined ? setting : setting === 0 ? own : Math.min(setting, own),
+      defaultClosed: own === 0,
       activePerProject: settings.maxActivePerProject,
       deferredQueued: settings.deferredMaxQueuedPerTenant,
       scheduled: settings.maxScheduledPerTenant,

@@ -69,7 +69,7 @@ async function promoteTenant(db: Database, tenant: string, limits: TenantLimits)
       ).rows.map((r) => [r.project, r.n]),
     );
     const tenantCount = [...active.values()].reduce((a, n) => a + n, 0);
-    if (!hasRoom(tenantCount, limits.activePerTenant)) return 0;
+    if (limits.defaultClosed || !hasRoom(tenantCount, limits.activePerTenant)) return 0;
     const full = [...active].filter(([, n]) => !hasRoom(n, limits.activePerProject)).map(([p]) => p);
     const due = (
       await tx.query<{ id: string; project: string }>(

@@ -22,7 +22,7 @@ beforeAll(async () => {
     provider,
     price: { input: 1, output: 1 },
     tenants: {
-      quota: { runs: { limit: 2, per: 'day' } },
+      quota: { runs: { limit: 3, per: 'day' } },
       spender: { spend: { limitUsd: 0.003, per: 'month' } },
     },
     settings: { maxActivePerProject: 1 },
@@ -34,18 +34,26 @@ beforeAll(async () => {
 
 const post = (tenant: string, body: unknown) => t.call('POST', '/agents/echo/runs', body, tokens[tenant]);
 
-it('the run quota: admitted runs count, a refused call costs nothing, then 429 agent_quota_exceeded with Retry-After: 60', async () => {
+it('the run quota: admitted runs count, a call refused for bad input or by a cap costs nothing, then 429 agent_quota_exceeded with Retry-After: 60', async () => {
   expect((await post('quota', { input: 'a' })).status).toBe(200);
   // A refused call (bad input) is not a run and costs no quota unit.
   expect((await post('quota', { input: 'b', colour: 'red' })).status).toBe(400);
+  // The project's one place (maxActivePerProject: 1) taken: the next call passes the quota
+  // check (2 of 3 used) and is refused by the cap, which must not spend the third unit.
+  const holder = await post('quota', { input: 'stall', wait: false });
+  expect(holder.status).toBe(202);
+  const capped = await post('quota', { input: 'over the cap' });
+  expect(capped.status).toBe(429);
+  expect(capped.body.error).toMatchObject({ type: 'agent_run_concurrency_limit', scope: 'project' });
+  await t.call('POST', `/agents/runs/${holder.body.id}/cancel`, undefined, tokens.quota);
   expect((await post('quota', { input: 'c' })).status).toBe(200);
   const refused = await post('quota', { input: 'd', class: 'deferred' });
   expect(refused.status).toBe(429);
   expect(refused.retryAfter).toBe('60');
   expect(refused.body.error).toMatchObject({
     type: 'agent_quota_exceeded',
-    limit_value: 2,
-    used: 2,
+    limit_value: 3,
+    used: 3,
     scope: 'tenant',
   });
 });

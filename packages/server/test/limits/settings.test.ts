@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SettingsError, resolveSettings, settingDefaults } from '@sluice/server';
+import { threadLeaseMs } from '../../src/threads/store.js';
 
 /** The error `resolveSettings` throws for these inputs (the test fails when it throws none). */
 function refusal(fromConfig: Record<string, unknown>, env: NodeJS.ProcessEnv = {}): SettingsError {
@@ -158,5 +159,50 @@ describe('the bounds of held runs (runs.* in the config, SLUICE_* variables)', (
     expect(() => resolveSettings({}, { SLUICE_THREAD_BUSY_WAIT_MS: 'soon' })).toThrow(
       /runs\.threadBusyWaitMs/,
     );
+  });
+});
+
+describe('the defaults the spec gives, with nothing set', () => {
+  const defaults = resolveSettings({}, {});
+
+  it('the run classes: 250 active per tenant, no project cap, 4 workers, 2 deferred running and 10,000 queued per tenant', () => {
+    expect(defaults).toMatchObject({
+      maxActivePerTenant: 250,
+      maxActivePerProject: 0,
+      runConcurrency: 4,
+      deferredMaxRunningPerTenant: 2,
+      deferredMaxQueuedPerTenant: 10_000,
+    });
+  });
+
+  it('the times: 24 h deferred wait, 30 min run ceiling, 10 min wait window, 10 s drain', () => {
+    expect(defaults).toMatchObject({
+      deferredMaxWaitMs: 24 * 3_600_000,
+      maxDurationMs: 30 * 60_000,
+      syncTimeoutMs: 10 * 60_000,
+      drainTimeoutMs: 10_000,
+    });
+  });
+
+  it('deferred workers: half the default workers, rounded down, at least 1, unless set', () => {
+    expect(defaults.deferredConcurrency).toBe(2);
+    const workers = (runConcurrency: string, extra: NodeJS.ProcessEnv = {}) =>
+      resolveSettings({}, { AGENT_RUN_CONCURRENCY: runConcurrency, ...extra }).deferredConcurrency;
+    expect([workers('1'), workers('2'), workers('3'), workers('9'), workers('1000')]).toEqual([
+      1, 1, 1, 4, 500,
+    ]);
+    expect(workers('1', { AGENT_DEFERRED_CONCURRENCY: '7' })).toBe(7);
+    expect(resolveSettings({ runConcurrency: 6 }, {}).deferredConcurrency).toBe(3);
+  });
+
+  it('a thread lease of 60 s: three times the 20 s after which a silent process is gone', () => {
+    expect(defaults.nodeStaleMs).toBe(20_000);
+    expect(threadLeaseMs(defaults)).toBe(60_000);
+  });
+
+  it('0 is no cap for the tenant and project caps, and is accepted for them', () => {
+    expect(resolveSettings({}, { AGENT_RUN_MAX_ACTIVE_PER_TENANT: '0' }).maxActivePerTenant).toBe(0);
+    expect(resolveSettings({}, { AGENT_RUN_MAX_ACTIVE_PER_PROJECT: '0' }).maxActivePerProject).toBe(0);
+    // What the 0 does over HTTP: ../limits/zero-caps.test.ts.
   });
 });
