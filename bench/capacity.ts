@@ -38,7 +38,16 @@ import {
   type Configuration,
 } from './capacity/configurations.js';
 import { answerTokensOf } from './capacity/prompts.js';
-import { figuresOf, notRun, printRatios, printTable, summaryLine, type Figures } from './capacity/report.js';
+import {
+  figuresOf,
+  notRun,
+  printRatios,
+  printTable,
+  printWindows,
+  summaryLine,
+  type Figures,
+  type Window,
+} from './capacity/report.js';
 import type { ToWorker, WorkerResult } from './capacity/worker.js';
 
 const argv = process.argv.slice(2);
@@ -135,10 +144,12 @@ async function measure(workers: ChildProcess[], configuration: Configuration): P
     const results = workers.map((w) => reply<WorkerResult>(w, 'result'));
     send({ type: 'start', startAt, stopAt });
     const sample = () => ({ requests: provider.requests.length, rateLimited: provider.rateLimited });
+    const windows = sampleWindows(provider, served, startAt, stopAt);
     const atWarm = await at(warmAt, sample);
     const atStop = await at(stopAt, sample);
     const runs = await Promise.all(results);
     return figuresOf({
+      windows: await windows,
       configuration,
       atWarm,
       atStop,
@@ -149,6 +160,40 @@ async function measure(workers: ChildProcess[], configuration: Configuration): P
   } finally {
     await provider.close();
   }
+}
+
+/** Each window's length: 8 of them in a 2-minute run. */
+const WINDOW_MS = Math.max(1_000, Math.min(15_000, durationMs / 8));
+
+/**
+ * What the account saw in each window of the run: requests, 429s by the limit that refused
+ * them, tokens served. Read where the goal's figures come from, to tell a start-up burst from
+ * a steady leak.
+ */
+async function sampleWindows(
+  provider: ProviderStandIn,
+  served: Account['served'],
+  startAt: number,
+  stopAt: number,
+): Promise<Window[]> {
+  const out: Window[] = [];
+  let seen = provider.requests.length;
+  for (let from = startAt; from < stopAt; from += WINDOW_MS) {
+    const to = Math.min(stopAt, from + WINDOW_MS);
+    await at(to, () => undefined);
+    const records = provider.requests.slice(seen);
+    seen += records.length;
+    const refused = (limit: string) => records.filter((r) => r.rateLimited === limit).length;
+    out.push({
+      fromMs: from - startAt,
+      requests: records.length,
+      concurrent: refused('concurrent'),
+      requestsLimit: refused('requests'),
+      tokensLimit: refused('tokens'),
+      tokens: served.filter((t) => t.at >= from && t.at < to).reduce((n, t) => n + t.tokens, 0),
+    });
+  }
+  return out;
 }
 
 /** `read()` at the wall-clock time `time`. */
@@ -190,6 +235,7 @@ try {
   await admin.end();
 }
 printTable(figures);
+printWindows(figures);
 printRatios(figures);
 console.log(
   summaryLine(figures, {

@@ -23,6 +23,21 @@ export interface Figures {
   readonly failures: Record<string, number>;
   /** The effective limits the processes' limiters ended at (adaptive only moves it). */
   readonly limits: (number | undefined)[];
+  /** What the account saw window by window. */
+  readonly windows: readonly Window[];
+}
+
+/** One window of a configuration's run, from the account's side. */
+export interface Window {
+  /** Its start, in ms from the start of the run. */
+  readonly fromMs: number;
+  readonly requests: number;
+  /** 429s by the limit that refused: requests at once, requests a minute, tokens a minute. */
+  readonly concurrent: number;
+  readonly requestsLimit: number;
+  readonly tokensLimit: number;
+  /** Tokens served by the requests that ended in it. */
+  readonly tokens: number;
 }
 
 interface Samples {
@@ -32,6 +47,7 @@ interface Samples {
   tokensServed: number;
   windowMs: number;
   runs: WorkerResult[];
+  windows: Window[];
 }
 
 const per1000 = (limited: number, requests: number) => (requests === 0 ? 0 : (1000 * limited) / requests);
@@ -59,6 +75,7 @@ export function notRun(configuration: Configuration, reason: string): Figures {
     failed: 0,
     failures: {},
     limits: [],
+    windows: [],
   };
 }
 
@@ -84,6 +101,7 @@ export function figuresOf(s: Samples): Figures {
     failed: s.runs.reduce((n, r) => n + r.failed, 0),
     failures,
     limits: s.runs.map((r) => r.limit),
+    windows: s.windows,
   };
 }
 
@@ -140,6 +158,29 @@ export function printTable(figures: Figures[]): void {
         `  ${f.configuration} failures: ${top.map(([m, n]) => `${n}x ${JSON.stringify(m)}`).join('; ')}`,
       );
   }
+}
+
+/** Per window: 429s (c: at once, r: requests a minute, t: tokens a minute) and tokens a minute served. */
+export function printWindows(figures: Figures[]): void {
+  const first = figures.find((f) => f.windows.length > 0);
+  if (first === undefined) return;
+  const span = first.windows.length > 1 ? first.windows[1]!.fromMs - first.windows[0]!.fromMs : 0;
+  console.log(
+    `\nper ${span / 1000} s window: 429s as c/r/t (at once / requests / tokens), then tokens a minute`,
+  );
+  print([
+    ['configuration', ...first.windows.map((w) => `${w.fromMs / 1000}s`)],
+    ...figures.flatMap((f) => [
+      [
+        `${f.configuration} 429s`,
+        ...f.windows.map((w) => `${w.concurrent}/${w.requestsLimit}/${w.tokensLimit}`),
+      ],
+      [
+        `${f.configuration} tokens/min`,
+        ...f.windows.map((w) => String(Math.round((w.tokens * 60_000) / Math.max(1, span)))),
+      ],
+    ]),
+  ]);
 }
 
 const ratio = (a: number, b: number) =>

@@ -1,4 +1,5 @@
 import {
+  budgetFigures,
   budgetStats,
   statsOf,
   type ConcurrencyLease,
@@ -63,6 +64,7 @@ export async function readStats<W extends string>(
   const capacity = parseCapacity(limits, stored?.capacity ?? null, now);
   return statsOf(limits, counts, {
     limit: capacity.limit,
-    budgets: budgetStats(limits.rate ?? {}, capacity.buckets, now),
+    // Learned budgets too, as the in-memory limiter shows them.
+    budgets: budgetStats(budgetFigures(limits.rate, capacity.learned), capacity.buckets, now),
   });
 }

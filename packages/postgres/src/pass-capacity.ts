@@ -5,8 +5,10 @@
  */
 import {
   BUDGET_NAMES,
+  budgetFigures,
   capacityAt,
   initialCapacity,
+  parseLearned,
   settleRelease,
   type AllocationLimits,
   type BucketLevels,
@@ -39,16 +41,19 @@ export function parseCapacity(
     raw = undefined;
   }
   const state = typeof raw === 'object' && raw !== null ? (raw as Record<string, unknown>) : {};
+  const adaptive = limits.adaptive;
+  // Budgets learned from the provider's headers (adaptive only; rows of before them have none).
+  const learned = adaptive === undefined ? undefined : parseLearned(state.learned);
+  const figures = budgetFigures(limits.rate, learned);
   const buckets: Partial<Record<(typeof BUDGET_NAMES)[number], { level: number; at: number }>> = {};
   const storedBuckets = typeof state.buckets === 'object' && state.buckets !== null ? state.buckets : {};
   for (const name of BUDGET_NAMES) {
     const b = (storedBuckets as Record<string, unknown>)[name] as
       { level?: unknown; at?: unknown } | undefined;
-    if (limits.rate?.[name] !== undefined && b && finite(b.level) && finite(b.at)) {
+    if (figures[name] !== undefined && b && finite(b.level) && finite(b.at)) {
       buckets[name] = { level: b.level, at: b.at };
     }
   }
-  const adaptive = limits.adaptive;
   // A limit outside the bounds (a damaged row, or limits replaced since) starts over at the top.
   const limit =
     adaptive !== undefined &&
@@ -64,6 +69,7 @@ export function parseCapacity(
     successes: adaptive !== undefined && finite(state.successes) ? state.successes : 0,
     ignoreUpTo: finite(state.ignoreUpTo) ? state.ignoreUpTo : 0,
     refusedAt: adaptive !== undefined && finite(state.refusedAt) ? state.refusedAt : undefined,
+    ...(learned !== undefined && { learned }),
   };
   return capacityAt(limits, parsed, nowMs);
 }

@@ -70,6 +70,29 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: capacity shared by limiter o
     });
   }, 30_000);
 
+  it('budgets learned from the headers through one object hold for the other', async () => {
+    const [a, b] = pair('learned', { maxConcurrent: 4, adaptive: true });
+    await a.release(await a.acquire(), {
+      provider: {
+        status: 200,
+        // 6,000 a minute is 100 a second: a few seconds of a busy machine refill little.
+        limits: { tokens: { limit: 6_000, remaining: 1_000, resetMs: 50_000 }, requests: { limit: 600 } },
+      },
+    });
+    const budgets = (await b.stats()).budgets!;
+    expect(budgets.tokens?.capacity).toBe(6_000);
+    expect(budgets.tokens!.available).toBeLessThan(1_500);
+    expect(budgets.requests?.capacity).toBe(600);
+    // Larger than what is left: it waits (40 s of refill), it is not refused as too large.
+    await expect(b.acquire({ tokens: { input: 5_000 }, timeoutMs: 300 })).rejects.toMatchObject({
+      name: 'ConcurrencyTimeoutError',
+    });
+    const lease = await b.acquire({ tokens: { input: 500 }, timeoutMs: 5_000 });
+    // A lower figure stated through b is what a sees.
+    await b.release(lease, { provider: { status: 200, limits: { tokens: { limit: 3_000 } } } });
+    expect((await a.stats()).budgets?.tokens?.capacity).toBe(3_000);
+  }, 30_000);
+
   it('a damaged capacity row is read as a fresh one, never wedging the limiter', async () => {
     const [a] = pair('damaged', { maxConcurrent: 2, rate: { requestsPerMinute: 10 }, adaptive: true });
     await a.release(await a.acquire());

@@ -287,3 +287,106 @@ describe('a pass with budgets, the pause and the adaptive limit', () => {
     expect(plan.wakeAt).toBeUndefined();
   });
 });
+
+describe('budgets learned from the provider, in the row', () => {
+  const adaptive = storedForm(resolveLimiterOptions({ maxConcurrent: 4, adaptive: true }));
+  const now = 1_700_000_000_000;
+  const passOf = (limits: object, capacity: object | null, rows: PassRow[]) =>
+    decodePass([
+      row({ kind: 'limits', limits_json: JSON.stringify(limits) }),
+      row({
+        kind: 'capacity',
+        limits_json: capacity === null ? null : JSON.stringify(capacity),
+        fence: 50,
+        now_ms: now,
+      }),
+      ...rows,
+    ])!;
+  const tokenHead = (seq: number, input: number) =>
+    row({
+      kind: 'head',
+      workload: 'default',
+      seq,
+      waiter_id: `w${seq}`,
+      owner: 'me',
+      tag: 0,
+      tokens_in: input,
+      tokens_out: 0,
+    });
+
+  it('a release whose headers state a budget stores it, and the same pass grants by it', () => {
+    const state = passOf(adaptive, null, [
+      row({ kind: 'released', lease_id: 'l1', fence: 49, tokens_in: 100, tokens_out: 0 }),
+      row({ kind: 'queued', workload: 'default', count: 2 }),
+      tokenHead(1, 800),
+      tokenHead(2, 500),
+    ]);
+    const plan = planPass(
+      state,
+      [],
+      [
+        {
+          leaseId: 'l1',
+          fence: 49,
+          details: {
+            usage: { input: 40 },
+            provider: {
+              status: 200,
+              limits: { tokens: { limit: 6_000, remaining: 1_000, resetMs: 50_000 } },
+            },
+          },
+        },
+      ],
+    );
+    expect(plan.grants.map((g) => g.id)).toEqual(['w1']);
+    const stored = JSON.parse(plan.capacity!);
+    // The bucket starts at the answer's remaining (the release's own refund is below it).
+    expect(stored.learned).toEqual({ tokens: { limit: 6_000 } });
+    expect(stored.buckets.tokens).toEqual({ level: 200, at: now });
+    // w2 is 300 short at 100 a second.
+    expect(plan.wakeAt).toBe(now + 3_000);
+    // The next pass, in any process, reads the figure back and holds w2 to it.
+    const next = passOf(adaptive, stored, [
+      row({ kind: 'queued', workload: 'default', count: 1 }),
+      tokenHead(2, 500),
+    ]);
+    expect(next.capacity.learned).toEqual({ tokens: { limit: 6_000 } });
+    expect(planPass(next, []).grants).toEqual([]);
+  });
+
+  it('rows without learned figures load; damaged entries are dropped field by field', () => {
+    const old = passOf(adaptive, { buckets: {}, pausedUntil: 0, limit: 3, successes: 0, ignoreUpTo: 7 }, []);
+    expect(old.capacity).toMatchObject({ limit: 3, ignoreUpTo: 7 });
+    expect(old.capacity.learned).toBeUndefined();
+    const damaged = passOf(
+      adaptive,
+      {
+        buckets: { inputTokens: { level: 10, at: now }, tokens: { level: 5, at: now } },
+        limit: 4,
+        learned: {
+          tokens: { limit: 'x' },
+          requests: { limit: 0.5 },
+          inputTokens: { limit: 600 },
+          outputTokens: { limit: -1 },
+        },
+      },
+      [],
+    );
+    expect(damaged.capacity.learned).toEqual({ inputTokens: { limit: 600 } });
+    // Only the bucket of a budget in force is kept.
+    expect(Object.keys(damaged.capacity.buckets)).toEqual(['inputTokens']);
+    for (const learned of ['nonsense', null, [], 42]) {
+      expect(passOf(adaptive, { learned }, []).capacity.learned).toBeUndefined();
+    }
+  });
+
+  it('a limiter without adaptive ignores learned figures a row holds', () => {
+    const plain = storedForm(resolveLimiterOptions({ maxConcurrent: 4 }));
+    const state = passOf(plain, { learned: { tokens: { limit: 6_000 } } }, [
+      row({ kind: 'queued', workload: 'default', count: 1 }),
+      tokenHead(1, 9_000),
+    ]);
+    expect(state.capacity.learned).toBeUndefined();
+    expect(planPass(state, []).grants.map((g) => g.id)).toEqual(['w1']);
+  });
+});

@@ -53,7 +53,9 @@
  *   shared slots held than the lowered limit has; they drain as they are released, and a
  *   workload's reserved slots stay free for it meanwhile (bounded by `maxConcurrent`, not by
  *   the lowered limit, which the shared slots held over from before the cut fill);
- * - a grant needs a slot and room in every budget, and takes its cost from each.
+ * - a grant needs a slot and room in every budget, and takes its cost from each; the budgets
+ *   are the configured ones and those learned from the provider's headers (learned.ts), and
+ *   a request larger than a learned figure fits once that bucket is full.
  *
  * A head that does not fit a budget yet ("blocked"): the heads are taken in the order above
  * (priority, then arrival), and the first one short of a budget is not skipped the way a
@@ -93,6 +95,7 @@ import {
 } from './budgets.js';
 import { MAX_PAUSE_MS } from './capacity.js';
 import type { BudgetName } from './capacity-types.js';
+import { budgetFigures, learnedOnly, type LearnedBudgets } from './learned.js';
 
 /** The part of the limits the rules read. `ResolvedLimits` satisfies it. */
 export interface AllocationLimits {
@@ -131,6 +134,11 @@ export interface AllocationCapacity {
   readonly pausedUntil: number;
   /** The effective concurrency limit, at most `maxConcurrent`. */
   readonly limit: number;
+  /**
+   * Budgets the provider stated (adaptive limiters, learned.ts): buckets like the configured
+   * ones, which win over them; a request larger than one goes when its bucket is full.
+   */
+  readonly learned?: LearnedBudgets | undefined;
 }
 
 /** The longest fairness key accepted, in UTF-16 code units. */
@@ -224,7 +232,8 @@ export function allocate<E extends WaitingEntry>(input: AllocationInput<E>): All
   const { now, capacity } = input;
   const limits = effectiveLimits(input.limits, capacity?.limit);
   const workloads = limits.workloads;
-  const figures = limits.rate ?? {};
+  const figures = budgetFigures(limits.rate, capacity?.learned);
+  const oversize = learnedOnly(limits.rate, capacity?.learned);
   const rated = budgetsOf(figures).length > 0;
   const grants: Grant<E>[] = [];
   const expired: E[] = [];
@@ -295,7 +304,7 @@ export function allocate<E extends WaitingEntry>(input: AllocationInput<E>): All
     if (rated) {
       const tokens = bestEntry.tokens ?? NO_TOKENS;
       const names = budgetsOf(figures);
-      const wait = waitToFit(figures, buckets, tokens, now);
+      const wait = waitToFit(figures, buckets, tokens, now, oversize);
       if (wait > 0 || names.some((name) => claimed.has(name) && costIn(name, tokens) > 0)) {
         // Blocked: see "A head that does not fit a budget yet" above.
         closed[best] = true;

@@ -105,29 +105,32 @@ export function refill(figures: BudgetFigures, levels: BucketLevels, now: number
 
 /**
  * How long until `tokens` fit every budget, in whole ms from `now`: 0 when they fit now,
- * `Infinity` when they never can.
+ * `Infinity` when they never can. A request larger than the figure of a budget in `oversize`
+ * (the learned ones, learned.ts) fits once that bucket is full.
  */
 export function waitToFit(
   figures: BudgetFigures,
   levels: BucketLevels,
   tokens: TokenCost,
   now: number,
+  oversize?: ReadonlySet<BudgetName>,
 ): number {
   let wait = 0;
   for (const name of budgetsOf(figures)) {
     const figure = figures[name]!;
     const bucket = levels[name];
     const cost = costIn(name, tokens);
-    const fitsAfter = (ms: number) => levelAt(figure, bucket, now + ms) >= cost - FIT_EPSILON;
+    const needs = oversize?.has(name) ? Math.min(cost, figure) : cost;
+    const fitsAfter = (ms: number) => levelAt(figure, bucket, now + ms) >= needs - FIT_EPSILON;
     // Taking nothing from a budget, a request does not wait for it, even in debt.
     if (cost === 0 || fitsAfter(0)) continue;
     // More than the bucket ever holds (acquire refuses such requests; stored limits may change).
-    if (cost > figure + FIT_EPSILON) return Infinity;
+    if (needs > figure + FIT_EPSILON) return Infinity;
     // The first whole millisecond at which it fits, by the same test as at the grant (the
     // estimate alone can be one off either way in floating point).
     // Divided before multiplied: `short * 60_000` overflows to Infinity for figures near
     // Number.MAX_VALUE, and the search below would then never end. `short / figure` is at most 2.
-    const short = cost - levelAt(figure, bucket, now);
+    const short = needs - levelAt(figure, bucket, now);
     let ms = Math.max(1, Math.ceil((short / figure) * MS_PER_MINUTE));
     while (ms > 1 && fitsAfter(ms - 1)) ms--;
     while (!fitsAfter(ms)) ms++;

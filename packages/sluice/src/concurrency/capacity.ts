@@ -24,6 +24,7 @@ import {
 } from './budgets.js';
 import type { ProviderFeedback, RateLimitWindow, ReleaseDetails, TokenCounts } from './capacity-types.js';
 import { SECOND, MINUTE } from './clock.js';
+import { budgetFigures, learn } from './learned.js';
 
 /** Everything a limiter keeps of its capacity. */
 export interface CapacityState extends AllocationCapacity, AdaptiveState {}
@@ -62,8 +63,8 @@ export function initialCapacity(limits: CapacityLimits): CapacityState {
  */
 export function capacityAt(limits: CapacityLimits, state: CapacityState, now: number): CapacityState {
   // The common case costs nothing: slots only, no pause.
-  if (limits.rate === undefined && state.pausedUntil === 0) return state;
-  const buckets = refill(limits.rate ?? {}, state.buckets, now);
+  if (limits.rate === undefined && state.learned === undefined && state.pausedUntil === 0) return state;
+  const buckets = refill(budgetFigures(limits.rate, state.learned), state.buckets, now);
   const pausedUntil = state.pausedUntil <= now ? 0 : Math.min(state.pausedUntil, now + MAX_PAUSE_MS);
   return { ...state, buckets, pausedUntil };
 }
@@ -95,9 +96,10 @@ export interface ReleaseEffect {
 }
 
 /**
- * The capacity after one release: the grant settled to its usage, the buckets lowered to the
- * provider's `remaining`, the pause, and the adaptive limit's step. Numbers that are not
- * finite and >= 0 are ignored, field by field: feedback never throws.
+ * The capacity after one release: with `adaptive`, the budgets the provider's headers state
+ * learned (learned.ts); the grant settled to its usage, the buckets lowered to the provider's
+ * `remaining`, the pause, and the adaptive limit's step. Numbers that are not finite and
+ * >= 0 are ignored, field by field: feedback never throws.
  *
  * @example
  * settleRelease(limits, state, { now, charged: { input: 1200, output: 800 }, grant: 3, newestGrant: 9, active: 4,
@@ -109,8 +111,12 @@ export function settleRelease(
   state: CapacityState,
   facts: ReleaseFacts,
 ): ReleaseEffect {
-  const figures = limits.rate ?? {};
   const { now, details } = facts;
+  const provider = providerOf(details);
+  // A budget learned from this very answer starts full (no entry), and is lowered to the
+  // answer's `remaining` below.
+  const learned = limits.adaptive === undefined ? state.learned : learn(state.learned, provider?.limits);
+  const figures = budgetFigures(limits.rate, learned);
   let buckets = state.buckets;
   const usage = usageOf(details);
   if (facts.charged !== undefined && usage !== undefined) {
@@ -121,10 +127,9 @@ export function settleRelease(
     const charged = facts.charged;
     buckets = adjust(figures, buckets, (name) => costIn(name, charged) - costIn(name, used), now);
   }
-  const provider = details?.provider;
   if (provider?.limits !== undefined) buckets = lowerToRemaining(figures, buckets, provider, now);
 
-  let next: CapacityState = { ...state, buckets };
+  let next: CapacityState = learned === undefined ? { ...state, buckets } : { ...state, buckets, learned };
   const pauseMs = pauseOf(provider);
   const throttled = pauseMs === undefined ? undefined : { status: statusOf(provider), retryAfterMs: pauseMs };
   if (throttled !== undefined) next = { ...next, pausedUntil: Math.max(next.pausedUntil, now + pauseMs!) };
@@ -156,6 +161,12 @@ function usageOf(details: ReleaseDetails | undefined): TokenCounts | undefined {
 /** A token count given by a caller: a finite number >= 0, else absent. */
 function tokenCount(value: unknown): number | undefined {
   return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : undefined;
+}
+
+/** The provider's feedback of a release, when it is an object (a caller may pass anything). */
+function providerOf(details: ReleaseDetails | undefined): ProviderFeedback | undefined {
+  const provider: unknown = details?.provider;
+  return typeof provider === 'object' && provider !== null ? (provider as ProviderFeedback) : undefined;
 }
 
 export function statusOf(provider: ProviderFeedback | undefined): number | undefined {

@@ -117,6 +117,8 @@ export function resolveTokens(
     return value as number;
   };
   const cost = { input: part('input'), output: part('output') };
+  // Configured budgets only: a request larger than a budget learned from the provider's
+  // headers goes once that bucket is full (learned.ts says why).
   const figures = limits.rate ?? {};
   for (const budget of budgetsOf(figures)) {
     const figure = figures[budget]!;

@@ -21,6 +21,7 @@ import {
   type ResolvedWorkload,
 } from './options.js';
 import { FairQueue, type FairNode, type Lane } from './fair-queue.js';
+import { budgetFigures } from './learned.js';
 
 /** A request in the queue. It carries its own list links, so removal is O(1). */
 interface Waiter<W extends string> extends FairNode<Waiter<W>> {
@@ -91,8 +92,8 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
   #capacity: CapacityState;
   /** Grants made so far; the latest grant's number. */
   #grants = 0;
-  /** Whether any budget is configured: then a request is tried through `allocate` at once. */
-  readonly #rated: boolean;
+  /** Whether any budget is configured. */
+  readonly #configuredRated: boolean;
   #wakeTimer: ClockTimer | undefined;
   #wakeAt: number | undefined;
   readonly #listeners = new Set<ConcurrencyEventListener>();
@@ -105,7 +106,15 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
     this.#queues = this.limits.workloads.map(() => new FairQueue<Waiter<W>>());
     this.#active = this.limits.workloads.map(() => 0);
     this.#capacity = initialCapacity(this.limits);
-    this.#rated = budgetsOf(this.limits.rate ?? {}).length > 0;
+    this.#configuredRated = budgetsOf(this.limits.rate ?? {}).length > 0;
+  }
+
+  /**
+   * Whether some budget is in force, configured or learned from the provider (adaptive):
+   * then a request is tried through `allocate` at once.
+   */
+  get #rated(): boolean {
+    return this.#configuredRated || this.#capacity.learned !== undefined;
   }
 
   validateWorkload(workload?: string): W {
@@ -298,7 +307,12 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
       { active: this.#active, queued: this.#queues.map((q) => q.size) },
       {
         limit: this.#capacity.limit,
-        budgets: budgetStats(this.limits.rate ?? {}, this.#capacity.buckets, now),
+        // Learned budgets too (learned.ts): they hold grants back exactly as configured ones.
+        budgets: budgetStats(
+          budgetFigures(this.limits.rate, this.#capacity.learned),
+          this.#capacity.buckets,
+          now,
+        ),
       },
     );
   }

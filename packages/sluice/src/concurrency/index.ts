@@ -75,6 +75,8 @@ export {
 } from './capacity.js';
 export type { CapacityLimits, CapacityState, ReleaseEffect, ReleaseFacts } from './capacity.js';
 export { DECREASE_FACTOR } from './adaptive.js';
+export { budgetFigures, learn, parseLearned } from './learned.js';
+export type { LearnedBudget, LearnedBudgets } from './learned.js';
 export { adaptiveFloor, optionError, resolveKey, resolveLimiterOptions, resolveWorkload } from './options.js';
 export type { ResolvedAdaptive, ResolvedLimits, ResolvedWorkload } from './options.js';
 export { limiterErrors, prepareAcquire, resolveTokens, statsOf } from './front.js';
