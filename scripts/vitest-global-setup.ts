@@ -6,6 +6,7 @@ import { join, resolve } from 'node:path';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
 import { serverOf, type PostgresServer } from './postgres-config.js';
+import { serviceDecision, type TestService } from './test-services.js';
 // @ts-expect-error plain ESM script without types
 import { ensurePostgres } from './postgres.mjs';
 
@@ -36,19 +37,39 @@ declare module 'vitest' {
      * `undefined` when none is installed (under CI=true the suites that need it then fail).
      */
     redis: string | undefined;
+    /** Debian's Chromium for the dashboard suite; `undefined` when it is not installed. */
+    chromium: string | undefined;
   }
+}
+
+/** Debian's package; CI installs it. Nothing is downloaded at test time. */
+const CHROMIUM = '/usr/bin/chromium';
+
+/**
+ * A service this run could not find or start: under CI the run fails here, before any test;
+ * elsewhere one line says which suites are skipped (each of them says so again).
+ */
+function missing(service: TestService): void {
+  const decision = serviceDecision(`the ${service} suites`, { [service]: false }, process.env);
+  if (decision.kind === 'fail') throw new Error(decision.message);
+  if (decision.kind === 'skip') console.warn(`\n${decision.line}\n`);
 }
 
 /**
  * Finds or starts PostgreSQL, creates a database for this run, puts a PgBouncer in front of
- * it, and drops it all at the end. Under CI=true a missing server or pgbouncer fails the run
- * instead of skipping the suites that need them.
+ * it, and drops it all at the end; also finds or starts Redis and finds Chromium. Under CI a
+ * missing PostgreSQL, PgBouncer, Redis or Chromium fails the run instead of skipping the suites
+ * that need them (scripts/test-services.ts).
  */
 export default async function setup(project: TestProject) {
   const template = await pgliteTemplate();
   project.provide('pgliteTemplate', template.path);
   const redis = await ensureRedis();
+  if (!redis) missing('Redis');
   project.provide('redis', redis?.url);
+  const chromium = existsSync(CHROMIUM) ? CHROMIUM : undefined;
+  if (!chromium) missing('Chromium');
+  project.provide('chromium', chromium);
   const removeTemplate = template.remove;
   template.remove = () => {
     removeTemplate();
@@ -56,9 +77,7 @@ export default async function setup(project: TestProject) {
   };
   const url = (await ensurePostgres()) as string | undefined;
   if (!url) {
-    if (process.env.CI)
-      throw new Error('PostgreSQL is required under CI=true, and none could be found or started');
-    console.warn('\n[sluice] No PostgreSQL server could be found or started: its test suites are skipped.\n');
+    missing('PostgreSQL');
     project.provide('postgres', undefined);
     project.provide('pgbouncer', undefined);
     return template.remove;
@@ -133,8 +152,7 @@ async function ensurePgBouncer(
   const binary =
     ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].find((p) => existsSync(p)) ?? onPath('pgbouncer');
   if (!binary) {
-    if (process.env.CI) throw new Error('pgbouncer is required under CI=true (apt-get install pgbouncer)');
-    console.warn('\n[sluice] pgbouncer is not installed: the PgBouncer suites are skipped.\n');
+    missing('PgBouncer');
     return undefined;
   }
   const root = process.getuid?.() === 0;
@@ -206,12 +224,7 @@ async function ensureRedis(): Promise<{ url: string; stop(): void } | undefined>
   if (process.env.REDIS_URL && (await redisAnswers(process.env.REDIS_URL)))
     return { url: process.env.REDIS_URL, stop: () => undefined };
   const binary = ['/usr/bin/redis-server'].find((p) => existsSync(p)) ?? onPath('redis-server');
-  if (!binary) {
-    console.warn(
-      `\n[sluice] redis-server is not installed: the Redis suites ${process.env.CI ? 'fail' : 'are skipped'}.\n`,
-    );
-    return undefined;
-  }
+  if (!binary) return undefined;
   const dir = mkdtempSync(join(tmpdir(), 'sluice-redis-'));
   const port = await freePort();
   const log = openSync(join(dir, 'redis.log'), 'a');

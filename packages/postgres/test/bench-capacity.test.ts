@@ -2,9 +2,10 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { urlOf } from '../../../scripts/postgres-config.js';
 import { postgresConfig } from './helpers.js';
+import { describeWith } from '../../../scripts/service-suites.js';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 
@@ -22,7 +23,7 @@ const fields = [
   'count_after_capacity_used',
 ];
 
-describe.runIf(postgresConfig)('npm run bench:capacity', () => {
+describeWith({ PostgreSQL: postgresConfig })('npm run bench:capacity', () => {
   it('runs every configuration at its smallest setting, ends by itself with code 0 and a JSON last line, and drops its database', async () => {
     const { database, ...server } = postgresConfig!;
     const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: urlOf(server, database) };

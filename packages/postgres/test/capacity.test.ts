@@ -4,12 +4,13 @@
  * holds for the other, since both decide every grant from the limiter's row.
  */
 import type pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { ConcurrencyEvent } from 'sluice/concurrency';
 import { createPostgresConcurrencyLimiter, type PostgresConcurrencyLimiter } from '@sluice/postgres';
 import { createPool, postgresConfig, uniqueSchema } from './helpers.js';
+import { describeWith } from '../../../scripts/service-suites.js';
 
-describe.runIf(postgresConfig)('PostgreSQL limiter: capacity shared by limiter objects', () => {
+describeWith({ PostgreSQL: postgresConfig })('PostgreSQL limiter: capacity shared by limiter objects', () => {
   let pool: pg.Pool;
   const schema = uniqueSchema('cap');
   const made: PostgresConcurrencyLimiter<string>[] = [];

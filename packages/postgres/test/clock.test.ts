@@ -1,10 +1,11 @@
 import type pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { ConcurrencyTimeoutError, MINUTE, ManualClock } from 'sluice/concurrency';
 import { createPostgresConcurrencyLimiter } from '@sluice/postgres';
 import { createPool, postgresConfig, uniqueSchema, until } from './helpers.js';
+import { describeWith } from '../../../scripts/service-suites.js';
 
-describe.runIf(postgresConfig)('PostgreSQL limiter: the clock option', () => {
+describeWith({ PostgreSQL: postgresConfig })('PostgreSQL limiter: the clock option', () => {
   let pool: pg.Pool;
   const schema = uniqueSchema('clock');
   beforeAll(() => {

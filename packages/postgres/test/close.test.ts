@@ -7,11 +7,12 @@
  * emits an error that no one hears.
  */
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { ConcurrencyLimiterError, ManualClock, type ConcurrencyLease } from 'sluice/concurrency';
 import { createPostgresConcurrencyLimiter, type PostgresConcurrencyLimiter } from '@sluice/postgres';
 import { endPool } from '../../../scripts/postgres-config.js';
 import { postgresConfig, until } from './helpers.js';
+import { describeWith } from '../../../scripts/service-suites.js';
 
 type Limiter = PostgresConcurrencyLimiter<'default'>;
 
@@ -47,7 +48,7 @@ const moments = {
   },
 };
 
-describe.runIf(postgresConfig)(
+describeWith({ PostgreSQL: postgresConfig })(
   'closing the PostgreSQL limiter, then its pool, then dropping the database',
   () => {
     let admin: pg.Client;

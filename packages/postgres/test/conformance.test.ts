@@ -4,8 +4,9 @@ import { afterAll, beforeAll, describe, it } from 'vitest';
 import { concurrencyConformanceCases } from 'sluice/concurrency';
 import { createPostgresConcurrencyLimiter, type PostgresConcurrencyLimiter } from '@sluice/postgres';
 import { createPGlite, createPool, postgresConfig, uniqueSchema } from './helpers.js';
+import { describeWith } from '../../../scripts/service-suites.js';
 
-describe.runIf(postgresConfig)('conformance: PostgreSQL limiter on node-postgres', () => {
+describeWith({ PostgreSQL: postgresConfig })('conformance: PostgreSQL limiter on node-postgres', () => {
   let pool: pg.Pool;
   const schema = uniqueSchema('conf');
   beforeAll(() => {

@@ -1,9 +1,10 @@
 import type pg from 'pg';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createPostgresConcurrencyLimiter, type PostgresConcurrencyLimiter } from '@sluice/postgres';
 import { createPool, postgresConfig, uniqueSchema } from './helpers.js';
 import { spawnWorker } from './workers/spawn.js';
+import { describeWith } from '../../../scripts/service-suites.js';
 
 async function until(check: () => Promise<boolean> | boolean, what: string, tries = 400): Promise<void> {
   for (let i = 0; i < tries; i++) {
@@ -13,7 +14,7 @@ async function until(check: () => Promise<boolean> | boolean, what: string, trie
   throw new Error(`timed out waiting until ${what}`);
 }
 
-describe.runIf(postgresConfig)('PostgreSQL limiter: crashes', () => {
+describeWith({ PostgreSQL: postgresConfig })('PostgreSQL limiter: crashes', () => {
   let pool: pg.Pool;
   const schema = uniqueSchema('crash');
   const opened: PostgresConcurrencyLimiter<string>[] = [];

@@ -4,10 +4,11 @@
  * released before the next), and the key table kept to the keys in play.
  */
 import type pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { ConcurrencyLease } from 'sluice/concurrency';
 import { createPostgresConcurrencyLimiter, type PostgresConcurrencyLimiter } from '@sluice/postgres';
 import { createPool, postgresConfig, uniqueSchema, until } from './helpers.js';
+import { describeWith } from '../../../scripts/service-suites.js';
 
 type Limiter = PostgresConcurrencyLimiter<'default'>;
 
@@ -49,7 +50,7 @@ async function grantsBeforeProbe(
   return order;
 }
 
-describe.runIf(postgresConfig)('starvation bound, on PostgreSQL', () => {
+describeWith({ PostgreSQL: postgresConfig })('starvation bound, on PostgreSQL', () => {
   let pool: pg.Pool;
   const schema = uniqueSchema('fair');
   const made: Limiter[] = [];

@@ -1,9 +1,10 @@
 import type pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createPostgresConcurrencyLimiter } from '@sluice/postgres';
 import { createPool, postgresConfig, uniqueSchema } from './helpers.js';
 import { sharedLimits } from './workers/shared-limits.js';
 import { spawnWorker } from './workers/spawn.js';
+import { describeWith } from '../../../scripts/service-suites.js';
 
 interface Snapshot {
   leases: { workload: string; valid: boolean; waiter_seq: number | null }[];
@@ -54,7 +55,7 @@ function violations(s: Snapshot): string[] {
   return out;
 }
 
-describe.runIf(postgresConfig)('PostgreSQL limiter across processes', () => {
+describeWith({ PostgreSQL: postgresConfig })('PostgreSQL limiter across processes', () => {
   let pool: pg.Pool;
   const schema = uniqueSchema('multi');
   beforeAll(() => {

@@ -1,13 +1,14 @@
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { concurrencyConformanceCases } from 'sluice/concurrency';
 import { createPostgresConcurrencyLimiter, type PostgresConcurrencyLimiter } from '@sluice/postgres';
 import { pgbouncerConfig, uniqueSchema, until } from './helpers.js';
+import { describeWith } from '../../../scripts/service-suites.js';
 
 // PgBouncer in transaction mode gives each transaction whichever server connection is free:
 // nothing may depend on session state, and LISTEN cannot work (the limiter finds that out and
 // polls). The vitest global setup starts it (see scripts/vitest-global-setup.ts).
-describe.runIf(pgbouncerConfig)('PostgreSQL limiter behind PgBouncer (transaction mode)', () => {
+describeWith({ PgBouncer: pgbouncerConfig })('PostgreSQL limiter behind PgBouncer (transaction mode)', () => {
   let pool: pg.Pool;
   const schema = uniqueSchema('bouncer');
   beforeAll(() => {

@@ -1,12 +1,13 @@
 import { readFileSync } from 'node:fs';
 import type pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { ConcurrencyConfigError, ConcurrencyLimiterError, ConcurrencyTimeoutError } from 'sluice/concurrency';
 import { createPostgresConcurrencyLimiter, postgresConcurrencySchemaSql } from '@sluice/postgres';
 import { createPool, postgresConfig, uniqueSchema } from './helpers.js';
 import { spawnWorker } from './workers/spawn.js';
+import { describeWith } from '../../../scripts/service-suites.js';
 
-describe.runIf(postgresConfig)('PostgreSQL limiter: schema and stored limits', () => {
+describeWith({ PostgreSQL: postgresConfig })('PostgreSQL limiter: schema and stored limits', () => {
   let pool: pg.Pool;
   beforeAll(() => {
     pool = createPool(4);
@@ -133,7 +134,7 @@ describe.runIf(postgresConfig)('PostgreSQL limiter: schema and stored limits', (
   });
 });
 
-describe.runIf(postgresConfig)('PostgreSQL limiter: schema versions', () => {
+describeWith({ PostgreSQL: postgresConfig })('PostgreSQL limiter: schema versions', () => {
   let pool: pg.Pool;
   beforeAll(() => {
     pool = createPool(8);

@@ -15,7 +15,8 @@ import { perProcessWarning } from '../../src/cache/open.js';
 import { placeKeys } from '../../src/cache/places.js';
 import { RedisCacheStore } from '../../src/cache/redis.js';
 import { afterThisTest, freshDatabase, postgres, startTcpProxy, startTestServer, until } from '../helpers.js';
-import { rawClient, redisDatabase, withRedis } from './redis.js';
+import { rawClient, redis, redisDatabase } from './redis.js';
+import { describeWith, itWith } from '../../../../scripts/service-suites.js';
 
 async function openStore(url: string, leaseMs = 60_000) {
   const store = await RedisCacheStore.open({ url, leaseMs });
@@ -29,7 +30,7 @@ async function redisNow(client: Awaited<ReturnType<typeof rawClient>>): Promise<
   return Number(s) * 1000 + Math.floor(Number(us) / 1000);
 }
 
-describe.runIf(withRedis)('the Redis cache store against a real redis-server', () => {
+describeWith({ Redis: redis })('the Redis cache store against a real redis-server', () => {
   it('two stores (two server processes) share one cap: of 40 takes at once, exactly the limit succeed', async () => {
     const url = await redisDatabase(1);
     const [a, b] = [await openStore(url), await openStore(url)];
@@ -278,7 +279,7 @@ async function startWarnings(options: {
 }
 
 describe('the warning at start', () => {
-  it.runIf(postgres && withRedis)(
+  itWith({ PostgreSQL: postgres, Redis: redis })(
     'a server on PostgreSQL says its counts are per process with the memory store, and nothing of the kind with Redis',
     async () => {
       const databaseUrl = await freshDatabase();

@@ -5,9 +5,6 @@ import { afterThisTest } from '../helpers.js';
 /** This run's Redis (scripts/vitest-global-setup.ts); undefined when redis-server is not installed. */
 export const redis = inject('redis');
 
-/** Whether the Redis suites run: with a Redis, and under CI=true always (they then fail without one). */
-export const withRedis = Boolean(redis) || Boolean(process.env.CI);
-
 /**
  * The URL of Redis database `db` of this run's Redis, emptied first: each test file takes its
  * own number, so files running at once do not see each other's keys.

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { tenantSigningSecret, verifyWebhook } from '../../src/callbacks/index.js';
 import {
   deferred,
@@ -10,8 +10,9 @@ import {
   startDispatcher,
   startReceiver,
 } from './helpers.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
-describe.runIf(postgres)('CallbackDispatcher: what each answer leads to', () => {
+describeWith({ PostgreSQL: postgres })('CallbackDispatcher: what each answer leads to', () => {
   it('delivers one signed POST per ended run, whatever ended it, and none for writes after the end', async () => {
     const { db } = await openDatabase();
     const secret = await tenantSigningSecret(db, 't');

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { ManualClock } from 'sluice/concurrency';
 import { toDatabase } from '@sluice/postgres/database';
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { claimDue, recordFinal } from '../../src/callbacks/outbox.js';
 import {
   afterThisTest,
@@ -16,10 +16,11 @@ import {
   startReceiver,
   stopOn,
 } from './helpers.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 const leaseMs = 40_000;
 
-describe.runIf(postgres)('CallbackDispatcher: restarts, leases and concurrency', () => {
+describeWith({ PostgreSQL: postgres })('CallbackDispatcher: restarts, leases and concurrency', () => {
   it('a delivery cut short by stop() is delivered by the next process once the lease ends', async () => {
     const { db } = await openDatabase();
     const hold = deferred();

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { toDatabase, type Database } from '@sluice/postgres/database';
 import { migrate } from '../../src/store/store.js';
 import { deliveries, endRun, insertRun, openDatabase, postgres } from './helpers.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 const url = 'https://hooks.example.com/in';
 
@@ -14,7 +15,7 @@ async function countFor(db: Database, runId: string): Promise<number> {
   return r.rows[0]!.n;
 }
 
-describe.runIf(postgres)('the callback outbox trigger', () => {
+describeWith({ PostgreSQL: postgres })('the callback outbox trigger', () => {
   it('queues exactly one delivery for each way a run can end', async () => {
     const { db } = await openDatabase();
     const cases: [string, string, 'succeeded' | 'failed' | 'canceled', string?][] = [

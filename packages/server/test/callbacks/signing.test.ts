@@ -6,6 +6,7 @@ import {
   verifyWebhook,
 } from '../../src/callbacks/index.js';
 import { openDatabase, postgres } from './helpers.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 // The Standard Webhooks specification's published example: a receiver's library must accept
 // what we send, and this vector is what says it will.
@@ -147,7 +148,7 @@ describe('signWebhook and verifyWebhook', () => {
   });
 });
 
-describe.runIf(postgres)('tenantSigningSecret', () => {
+describeWith({ PostgreSQL: postgres })('tenantSigningSecret', () => {
   it('creates one secret per tenant, once, even when many calls race on several connections', async () => {
     const { db } = await openDatabase();
     const secrets = await Promise.all(Array.from({ length: 24 }, () => tenantSigningSecret(db, 'acme')));

@@ -1,11 +1,12 @@
 import type { Database } from '@sluice/postgres/database';
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { decideByCounts, highestCounts, setOf, Tally } from '../../src/runs/admission-counts.js';
 import { hasRoom } from '../../src/runs/caps.js';
 import { admitDecided, bornStatus } from '../../src/runs/lifecycle.js';
 import { readCounters, type NewRun } from '../../src/runs/store.js';
 import { freshDatabase, postgres } from '../helpers.js';
 import { limits, openDb, run, who } from '../limits/admission-fixtures.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 /**
  * The cap rule is written in TypeScript (runs/caps.ts) and read by SQL in two places: which set
@@ -33,7 +34,7 @@ async function setCounts(db: Database, tenant: string, count: number) {
   );
 }
 
-describe.runIf(postgres)('the cap rule in SQL agrees with its TypeScript twin', () => {
+describeWith({ PostgreSQL: postgres })('the cap rule in SQL agrees with its TypeScript twin', () => {
   it('every shape of new run counts in the set sluice_admission_set gives the state it is born in', async () => {
     const db = await openDb(await freshDatabase());
     for (const [name, shape] of shapes) {

@@ -1,6 +1,7 @@
 import pg from 'pg';
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { afterThisTest, freshDatabase, postgres, startStandIn, startTestServer, until } from '../helpers.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 it('M2: a scheduled run can be canceled, and then never runs', async () => {
   const { call, statusOf, server, provider } = await startTestServer();
@@ -20,7 +21,7 @@ it('M2: a scheduled run can be canceled, and then never runs', async () => {
   expect((await call('POST', `/agents/runs/${run.id}/cancel`)).body.status).toBe('canceled');
 });
 
-describe.runIf(postgres)('cancel across processes', () => {
+describeWith({ PostgreSQL: postgres })('cancel across processes', () => {
   it('M1: a run executing on another server stops there within about a second: its provider request aborted, its place held until then', async () => {
     const database = await freshDatabase();
     const provider = await startStandIn();

@@ -15,8 +15,9 @@ import {
   throughProxy,
   until,
 } from '../helpers.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
-describe.runIf(postgres)('database faults on PostgreSQL', () => {
+describeWith({ PostgreSQL: postgres })('database faults on PostgreSQL', () => {
   it('H2: connections cut mid-load (a database restart) never end the process; /readyz is 503 meanwhile and 200 after; no accepted run is lost', async () => {
     const database = await freshDatabase();
     const proxy = await startDatabaseProxy();
@@ -114,7 +115,7 @@ async function listeningThroughProxy(options?: ListenOptions) {
   return { database, proxy, losses, events };
 }
 
-describe.runIf(postgres)('the LISTEN session of run notifications', () => {
+describeWith({ PostgreSQL: postgres })('the LISTEN session of run notifications', () => {
   it('H2: while the database is away it is tried again one attempt at a time (each refusal heard once), and one session comes back', async () => {
     const { database, proxy, losses, events } = await listeningThroughProxy();
     expect(events.listening).toBe(true);

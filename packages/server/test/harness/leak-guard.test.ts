@@ -12,6 +12,7 @@ import { serverLeftovers, startTestServer } from './server.js';
 import { standInModel, startStandIn } from './stand-in.js';
 import { pendingSluiceTimers } from './timers.js';
 import { until } from './wait.js';
+import { itWith } from '../../../../scripts/service-suites.js';
 
 // The guard's own tests: each leaves one kind of thing behind on purpose, runs the guard's check
 // (`findTestLeaks`, what the setup file's afterEach runs) directly, and expects it named; then
@@ -28,17 +29,20 @@ describe('the leak guard', () => {
     expect(await serverLeftovers(server)).toEqual([]);
   });
 
-  it.skipIf(!postgres)('names a run its server left running in the PostgreSQL database', async () => {
-    const { server, call, databaseUrl } = await startTestServer({ database: 'postgres' });
-    const started = await call('POST', '/agents/echo/runs', { input: 'stall', wait: false });
-    await until(() => server.executor.active === 1, 'the run executing');
-    expect(await serverLeftovers(server, databaseUrl)).toContain(
-      `runs left running in the database: ${started.body.id}`,
-    );
-    // Closing ends the run (interrupted): nothing of this server is left running then.
-    await server.close();
-    expect(await serverLeftovers(server, databaseUrl)).toEqual([]);
-  });
+  itWith({ PostgreSQL: postgres })(
+    'names a run its server left running in the PostgreSQL database',
+    async () => {
+      const { server, call, databaseUrl } = await startTestServer({ database: 'postgres' });
+      const started = await call('POST', '/agents/echo/runs', { input: 'stall', wait: false });
+      await until(() => server.executor.active === 1, 'the run executing');
+      expect(await serverLeftovers(server, databaseUrl)).toContain(
+        `runs left running in the database: ${started.body.id}`,
+      );
+      // Closing ends the run (interrupted): nothing of this server is left running then.
+      await server.close();
+      expect(await serverLeftovers(server, databaseUrl)).toEqual([]);
+    },
+  );
 
   it('fails a test that started a server by hand and never closed it: its timers are pending', async () => {
     const provider = await startStandIn();
@@ -85,7 +89,7 @@ describe('the leak guard', () => {
     systemClock.clearTimeout(background);
   });
 
-  it.skipIf(!postgres)(
+  itWith({ PostgreSQL: postgres })(
     'fails a test that leaves a database connection open in a registered pool',
     async () => {
       const pool = new pg.Pool({ ...postgres, max: 2 });

@@ -1,8 +1,9 @@
 import { request } from 'node:http';
 import pg from 'pg';
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { startProviderStandIn } from '@sluice/testkit';
 import { afterThisTest, freshDatabase, postgres, startTestServer, until } from '../helpers.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 /**
  * `on_disconnect: 'cancel'` is wired as `gone.addEventListener('abort', ...)` after the run was
@@ -11,7 +12,7 @@ import { afterThisTest, freshDatabase, postgres, startTestServer, until } from '
  * signal already; a listener added to an aborted signal never runs, so the run executes in
  * full for nobody.
  */
-describe.runIf(postgres)('on_disconnect cancel and a client gone before admission', () => {
+describeWith({ PostgreSQL: postgres })('on_disconnect cancel and a client gone before admission', () => {
   it("a streamed run with on_disconnect: 'cancel' whose client left while admission waited is not run", async () => {
     const provider = await startProviderStandIn({ reply: () => ({ text: 'spent for nobody' }) });
     afterThisTest(() => provider.close());

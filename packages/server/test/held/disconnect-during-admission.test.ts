@@ -1,15 +1,16 @@
 import { request } from 'node:http';
 import pg from 'pg';
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { startProviderStandIn } from '@sluice/testkit';
 import { afterThisTest, freshDatabase, postgres, startTestServer, until } from '../helpers.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 /*
  * The lazy client-gone signal: the signal of a held run is made only after
  * admission now, so a client that left while admission waited must be seen from the response's
  * state (destroyed), not from a 'close' event that fired before anyone listened.
  */
-describe.runIf(postgres)("on_disconnect: 'cancel' with the lazy client-gone signal", () => {
+describeWith({ PostgreSQL: postgres })("on_disconnect: 'cancel' with the lazy client-gone signal", () => {
   it('a held (not streamed) run whose client left while admission waited for the tenant lock is canceled', async () => {
     const provider = await startProviderStandIn({ reply: () => ({ stall: true }) });
     afterThisTest(() => provider.close());

@@ -1,8 +1,9 @@
 import pg from 'pg';
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { startProviderStandIn } from '@sluice/testkit';
 import { afterThisTest, freshDatabase, lastUserText, postgres, startTestServer, until } from '../helpers.js';
 import { gate } from '../process/harness.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 /**
  * A held run takes its thread (a lease of 3 x nodeStaleMs, threads/store.ts threadLeaseMs)
@@ -12,7 +13,7 @@ import { gate } from '../process/harness.js';
  * slow admission, a long line of admissions in `inTurn`) lets a second run take the thread
  * meanwhile: both are admitted and both run on one thread at once.
  */
-describe.runIf(postgres)('the thread lease of a run waiting for admission', () => {
+describeWith({ PostgreSQL: postgres })('the thread lease of a run waiting for admission', () => {
   it('a thread lease that ran out while its run waited for admission does not let two runs hold the thread', async () => {
     const release = gate();
     const provider = await startProviderStandIn({

@@ -3,6 +3,7 @@ import { startProviderStandIn } from '@sluice/testkit';
 import { afterThisTest, lastUserText, postgres, startTestServer, until, type Body } from '../helpers.js';
 import { lockThread } from '../../src/threads/store.js';
 import { gate, send, startServer, testDatabase } from '../process/harness.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 /**
  * A stand-in whose answers to prompts containing "hold" wait for `release()`; "stall" never
@@ -164,7 +165,7 @@ describe('the thread lock is a lease', () => {
   });
 });
 
-describe.runIf(postgres)('the thread lock across processes', () => {
+describeWith({ PostgreSQL: postgres })('the thread lock across processes', () => {
   it('a killed holder (kill -9) gives the thread up: a held run on another process waits, then gets it once the holder is declared lost', async () => {
     const database = await testDatabase();
     const { provider } = await gatedProvider();

@@ -1,10 +1,11 @@
 import type { Database } from '@sluice/postgres/database';
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { claimDefaultRun, claimDeferredRun } from '../../src/runs/claims.js';
 import { finishRun, insertRuns } from '../../src/runs/lifecycle.js';
 import type { RunClass } from '../../src/runs/states.js';
 import { freshDatabase, postgres } from '../helpers.js';
 import { openDb, run, who } from '../limits/admission-fixtures.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 /**
  * Workers take queued runs in the order they were admitted (`seq`). The claim selects `seq` as
@@ -28,7 +29,7 @@ async function queue(db: Database, cls: RunClass): Promise<{ tenant: string; id:
 const ofTenant = (runs: { tenant: string; id: string }[], tenant: string) =>
   runs.filter((r) => r.tenant === tenant).map((r) => r.id);
 
-describe.runIf(postgres)('claims serve each queue in admission order', () => {
+describeWith({ PostgreSQL: postgres })('claims serve each queue in admission order', () => {
   it(`default class: ${2 * QUEUED_PER_TENANT} queued runs are claimed oldest first, within each tenant too`, async () => {
     const db = await openDb(await freshDatabase());
     const admitted = await queue(db, 'default');

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { openStore } from '@sluice/server';
 import { admitRun } from '../../src/runs/admission.js';
 import type { TenantLimits } from '../../src/runs/policy.js';
@@ -17,6 +17,7 @@ import {
   until,
 } from '../helpers.js';
 import { run } from './admission-fixtures.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 /*
  * The fast path: sluice_admit_runs is one autocommit statement, and the Sync
@@ -31,7 +32,7 @@ import { run } from './admission-fixtures.js';
 const limits: TenantLimits = { activePerTenant: 0, activePerProject: 0, deferredQueued: 0, scheduled: 0 };
 const who: Principal = { tokenId: 'tok', tenant: 'cut', project: 'p', user: 'u', role: 'member' };
 
-describe.runIf(postgres)('a connection lost while the fast path waits for the lock', () => {
+describeWith({ PostgreSQL: postgres })('a connection lost while the fast path waits for the lock', () => {
   it('an admission whose caller was told it failed is not written', async () => {
     const url = await freshDatabase();
     const proxy = await startDatabaseProxy();

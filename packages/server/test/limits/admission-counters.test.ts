@@ -1,5 +1,5 @@
 import type { Database } from '@sluice/postgres/database';
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { ManualClock } from 'sluice/concurrency';
 import { admitRun, RECONCILE_EVERY_MS, type Admission } from '../../src/runs/admission.js';
 import { claimDefaultRun } from '../../src/runs/claims.js';
@@ -16,6 +16,7 @@ import { promoteDueRuns } from '../../src/runs/scheduler.js';
 import { newRunId, type NewRun } from '../../src/runs/store.js';
 import { freshDatabase, postgres, until } from '../helpers.js';
 import { limits, who, run, openDb } from './admission-fixtures.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 /** The tenant's counter rows beside the true counts of its runs: they must be equal. */
 async function expectExact(db: Database, tenant: string) {
@@ -44,7 +45,7 @@ const admittedId = (a: Admission) => {
   return a.run.id;
 };
 
-describe.runIf(postgres)('admission counters on PostgreSQL', () => {
+describeWith({ PostgreSQL: postgres })('admission counters on PostgreSQL', () => {
   it('every way a run enters or leaves a counted set keeps the counters equal to the true counts', async () => {
     const db = await openDb(await freshDatabase());
     const t = 'paths';

@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { openStore } from '@sluice/server';
 import { requestLimits } from '../../src/http/limits.js';
 import { admitRun, type Admission } from '../../src/runs/admission.js';
@@ -10,6 +10,7 @@ import { MAX_STATEMENT_JSON_CHARS } from '../../src/runs/run-documents.js';
 import type { NewRun } from '../../src/runs/store.js';
 import type { Principal } from '../../src/store/tokens.js';
 import { afterThisTest, freshDatabase, postgres } from '../helpers.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 /*
  * Every run of an admission batch goes to PostgreSQL as jsonb. Control characters take six
@@ -35,7 +36,7 @@ const run = (input: string): NewRun => ({
   worker: 'w1',
 });
 
-describe.runIf(postgres)('one jsonb text per admission batch', () => {
+describeWith({ PostgreSQL: postgres })('one jsonb text per admission batch', () => {
   it('a small run batched with large (but allowed) runs of another project is still admitted', async () => {
     const url = await freshDatabase();
     const dir = mkdtempSync(join(tmpdir(), 'sluice-r15-'));

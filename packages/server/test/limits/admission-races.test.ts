@@ -1,9 +1,10 @@
 import pg from 'pg';
 import type { Database } from '@sluice/postgres/database';
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { admitRun, type Admission } from '../../src/runs/admission.js';
 import { afterThisTest, freshDatabase, postgres, until } from '../helpers.js';
 import { limits, who, run, openDb } from './admission-fixtures.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 /*
  * The fast path (sluice_admit_runs): two stores on one database stand for two
@@ -55,7 +56,7 @@ async function truth(db: Database, tenant: string) {
   ).rows;
 }
 
-describe.runIf(postgres)('the fast path across two processes', () => {
+describeWith({ PostgreSQL: postgres })('the fast path across two processes', () => {
   it('two processes deciding from the same plain read never pass the tenant cap (default isolation)', async () => {
     const url = await freshDatabase();
     const [a, b] = [await openDb(url), await openDb(url)];

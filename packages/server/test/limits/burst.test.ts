@@ -1,12 +1,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import { createToken } from '@sluice/server';
 import { toDatabase } from '@sluice/postgres/database';
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
 import { urlOf } from '../../../../scripts/postgres-config.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 const postgres = inject('postgres');
 const root = fileURLToPath(new URL('../../../../', import.meta.url));
@@ -35,7 +36,7 @@ function startServer(env: Record<string, string>): Promise<{ child: ChildProcess
   });
 }
 
-describe.runIf(postgres)('two server processes on one PostgreSQL', () => {
+describeWith({ PostgreSQL: postgres })('two server processes on one PostgreSQL', () => {
   let provider: ProviderStandIn;
   const children: ChildProcess[] = [];
   // After each test, SIGTERM, then SIGKILL for any that does not stop: no server outlives its

@@ -1,9 +1,10 @@
 import pg from 'pg';
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { ADMISSIONS_PER_TENANT } from '../../src/runs/turns.js';
 import { afterThisTest, freshDatabase, postgres, startTestServer, until } from '../helpers.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
-describe.runIf(postgres)('on PostgreSQL', () => {
+describeWith({ PostgreSQL: postgres })('on PostgreSQL', () => {
   it("M9: while another session holds a tenant's admission lock, its POSTs answer 503 store_unavailable after the lock timeout, and other tenants are answered at once", async () => {
     const databaseUrl = await freshDatabase();
     // A small pool: a tenant whose every request held a connection while waiting would take it all.

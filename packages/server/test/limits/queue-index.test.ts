@@ -2,10 +2,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Database } from '@sluice/postgres/database';
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { openStore } from '@sluice/server';
 import { claimDefaultRun } from '../../src/runs/claims.js';
 import { afterThisTest, freshDatabase, postgres } from '../helpers.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 interface PlanNode {
   'Node Type': string;
@@ -41,7 +42,7 @@ async function claimPlan(db: Pick<Database, 'query'>): Promise<PlanNode[]> {
 const removedByFilter = (nodes: PlanNode[]) =>
   nodes.reduce((n, node) => n + (node['Rows Removed by Filter'] ?? 0), 0);
 
-describe.runIf(postgres)('on PostgreSQL', () => {
+describeWith({ PostgreSQL: postgres })('on PostgreSQL', () => {
   it('M11: with 10,000 queued deferred runs, the default-class claim reads the partial index agent_runs_queue_default and filters out none of them', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sluice-queue-index-'));
     const store = await openStore({ dataDir: dir, databaseUrl: await freshDatabase() });

@@ -7,6 +7,7 @@ import { openStore } from '@sluice/server';
 import { admitRun, MAX_BATCH, type Admission } from '../../src/runs/admission.js';
 import { afterThisTest, freshDatabase, postgres, preparedDataDir } from '../helpers.js';
 import { limits, who, run } from './admission-fixtures.js';
+import { itWith } from '../../../../scripts/service-suites.js';
 
 /*
  * Turns: one turn is asked for per tenant and takes every queued run. A
@@ -20,7 +21,7 @@ const settle = (p: Promise<Admission>) =>
   );
 
 describe('turns and the fast path', () => {
-  it.runIf(postgres)(
+  itWith({ PostgreSQL: postgres })(
     'a stuck lock settles every caller of a burst larger than two batches, and the line works again after',
     async () => {
       const url = await freshDatabase();

@@ -1,16 +1,17 @@
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium, type Page } from 'playwright-core';
-import { describe, expect, it } from 'vitest';
+import { expect, inject, it } from 'vitest';
 import { createAgent, createConcurrencyLimiter } from 'sluice';
 import { ManualClock } from 'sluice/concurrency';
 import { afterThisTest, freshDatabase, postgres, startTestServer, until } from '../helpers.js';
 import { gatedStandIn } from './ops-helpers.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
-/** Debian's package; CI installs it (.ci/run). Nothing is downloaded at test time. */
-const CHROMIUM = '/usr/bin/chromium';
+/** Debian's package, found by the global setup; CI installs it (.ci/run). Nothing is downloaded at test time. */
+const CHROMIUM = inject('chromium') ?? '/usr/bin/chromium';
 const repoRoot = fileURLToPath(new URL('../../../../', import.meta.url));
 /** Kept by CI as an artifact; docs/dashboard.png is a copy of one. */
 const SCREENSHOT = join(repoRoot, '.sluice', 'dashboard.png');
@@ -66,8 +67,8 @@ function includesText([selector, want]: readonly [string, string]): boolean {
   return doc.querySelector(selector)?.textContent?.includes(want) === true;
 }
 
-// Without Chromium this suite cannot run; under CI=true it runs anyway and fails, as it must.
-describe.runIf(existsSync(CHROMIUM) || process.env.CI === 'true')('GET /dashboard', () => {
+// Without Chromium this suite is skipped, saying so; under CI the run fails (scripts/test-services.ts).
+describeWith({ Chromium: inject('chromium') })('GET /dashboard', () => {
   it('shows slots, runs and refusals live after sign-in, loading nothing from elsewhere', async () => {
     const browser = openBrowser();
     const { provider, release } = await gatedStandIn();

@@ -15,6 +15,7 @@ import {
   type TestServer,
 } from '../helpers.js';
 import { gatedStandIn, parseMetrics, sample, scrape } from './ops-helpers.js';
+import { itWith } from '../../../../scripts/service-suites.js';
 
 const slot = { limiter: 'model', workload: 'default' };
 const metricsSecret = 'metrics-secret-0123456789';
@@ -236,7 +237,7 @@ describe('GET /metrics', () => {
     expect(metricsTokenOf({ SLUICE_METRICS_TOKEN: metricsSecret })).toBe(metricsSecret);
   });
 
-  it.runIf(postgres)(
+  itWith({ PostgreSQL: postgres })(
     'shows a shared PostgreSQL limiter as a whole: either server counts both servers’ slots',
     async () => {
       const url = await freshDatabase();

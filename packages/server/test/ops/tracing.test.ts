@@ -3,10 +3,11 @@ import { once } from 'node:events';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { startProviderStandIn, toolThenAnswer } from '@sluice/testkit';
 import { afterThisTest, postgres } from '../helpers.js';
 import { bin, processEnv, send, servingLine, spawnProcess, testDatabase } from '../process/harness.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 // A real `sluice serve` process exporting its spans over OTLP/HTTP (JSON) to a receiver in this
 // test; a preloaded probe prints how many of the SDK's modules the process had loaded at exit.
@@ -84,7 +85,7 @@ async function startServer(env: Record<string, string>) {
   return { ...proc, url: url! };
 }
 
-describe.runIf(postgres)('traces of a server process', () => {
+describeWith({ PostgreSQL: postgres })('traces of a server process', () => {
   it('exports run → agent run → turn → provider request (slot wait) and tool call spans over OTLP, without the prompt', async () => {
     const database = await testDatabase();
     const receiver = await startReceiver();

@@ -16,6 +16,7 @@ import {
   tempDir,
   testDatabase,
 } from './harness.js';
+import { itWith } from '../../../../scripts/service-suites.js';
 
 // `node packages/server/bin/sluice.js serve`, as a process manager starts it, signalled or
 // failing while it starts. (A SIGTERM once it serves is in ../ops/package.test.ts.)
@@ -70,7 +71,7 @@ describe('sluice serve, signalled while it starts', () => {
     expect(await again.closed).toEqual({ code: 0, signal: null });
   }, 180_000);
 
-  it.runIf(postgres)(
+  itWith({ PostgreSQL: postgres })(
     'issue 8 item 6: SIGTERM while the database is still unreachable at start ends the process with code 0, instead of retrying it for a minute',
     async () => {
       const database = await deadDatabase();
@@ -92,7 +93,7 @@ describe('sluice serve, signalled while it starts', () => {
 });
 
 describe('sluice serve on a port already taken (L6)', () => {
-  it.runIf(postgres)(
+  itWith({ PostgreSQL: postgres })(
     'L6: a second server on a busy port exits 1 and claims nothing: the queued run stays queued, no node registered',
     async () => {
       const database = await testDatabase();

@@ -1,14 +1,15 @@
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { startProviderStandIn } from '@sluice/testkit';
 import { afterThisTest, lastUserText, postgres, until } from '../helpers.js';
 import { gate, send, startServer, startWorker, testDatabase } from './harness.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 // A real server process on its own PostgreSQL database, stopped by a real signal. The
 // in-process drain (runs that finish in time, the rest interrupted) is in ../drain.test.ts.
 
 const runs = '/api/client/v1/agents/echo/runs';
 
-describe.runIf(postgres)('a server process stopped by a signal', () => {
+describeWith({ PostgreSQL: postgres })('a server process stopped by a signal', () => {
   it('M7, issue 8 item 6: during a SIGTERM drain every route (also /%61pi/...) answers 503 server_draining, /readyz 503, a waiter on a queued deferred run gets its 503 at once; heartbeats go on past the stale time, so a run ending in the drain window succeeds; exit 0', async () => {
     const database = await testDatabase();
     const release = gate();

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { startProviderStandIn } from '@sluice/testkit';
 import { afterThisTest, postgres } from '../helpers.js';
 import { send, servingLine, sluice, startServer, tempDir, testDatabase, type Proc } from './harness.js';
+import { itWith } from '../../../../scripts/service-suites.js';
 
 /** Runs a `sluice` command to its end; its exit and output. */
 async function command(args: string[], options: Parameters<typeof sluice>[1]) {
@@ -42,7 +43,7 @@ describe('tokens from the command line', () => {
     expect(list.output).not.toMatch(secretPattern);
   }, 240_000);
 
-  it.runIf(postgres)(
+  itWith({ PostgreSQL: postgres })(
     'M6, issue 8 item 7: `sluice tokens list [--tenant T]` lists ids, scopes and roles, never a secret',
     async () => {
       const database = await testDatabase();
@@ -74,7 +75,7 @@ describe('tokens from the command line', () => {
     120_000,
   );
 
-  it.runIf(postgres)(
+  itWith({ PostgreSQL: postgres })(
     'M6, issue 8 item 7: `sluice tokens revoke ID` takes effect on a running server at once: 401 on the next request, other tokens still work',
     async () => {
       const database = await testDatabase();

@@ -1,9 +1,10 @@
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { startProviderStandIn } from '@sluice/testkit';
 import { afterThisTest, postgres, until } from '../helpers.js';
 import { send, startServer, testDatabase } from './harness.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
-describe.runIf(postgres)('a server process frozen past the stale time', () => {
+describeWith({ PostgreSQL: postgres })('a server process frozen past the stale time', () => {
   it('M8: after kill -STOP A until B declares its run worker_lost, kill -CONT A: A aborts the provider request, the row stays failed/worker_lost, A answers its caller with the failed run', async () => {
     const database = await testDatabase();
     const provider = await startProviderStandIn({ reply: () => ({ stall: true }) });

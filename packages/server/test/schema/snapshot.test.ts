@@ -4,9 +4,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { openStore } from '@sluice/server';
 import { afterThisTest, freshDatabase, postgres } from '../helpers.js';
+import { describeWith } from '../../../../scripts/service-suites.js';
 
 /**
  * schema.sql beside this file is the server's schema as the migrations leave it (tables,
@@ -60,7 +61,7 @@ function statements(sql: string): string {
     .trim();
 }
 
-describe.runIf(postgres)('the committed schema', () => {
+describeWith({ PostgreSQL: postgres })('the committed schema', () => {
   it('schema.sql is what the migrations make of an empty PostgreSQL database', async () => {
     const migrated = dump(await migratedDatabase());
     if (process.env.SLUICE_UPDATE_SCHEMA) writeFileSync(schemaFile, header + migrated);
