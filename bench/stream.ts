@@ -6,7 +6,10 @@
  *     event (server), or to the first chunk with content (direct);
  *   - per-event overhead: a reply of many chunks through the server minus the same reply read
  *     directly, divided by the events the server sent; and the same with the fixed cost of a
- *     run (auth, admission, writing its end) taken out, from a one-chunk reply.
+ *     run (auth, admission, writing its end) taken out, from a one-chunk reply;
+ *   - what storing the events costs (resumable streams, `GET /agents/runs/:id/events`): the
+ *     same streams through a second server process that numbers its events but stores none
+ *     (`storeRunEvents: false`), side by side in the same run.
  *
  * The peer is the provider stand-in of @sluice/testkit answering an OpenAI-compatible
  * `POST /chat/completions` with `stream: true`, read with fetch: what a client talking to the
@@ -103,6 +106,7 @@ if (role === 'server') {
     port: 0,
     dataDir: dir,
     databaseUrl: '',
+    storeRunEvents: process.env.SLUICE_STREAM_BENCH_STORE !== '0',
     // Warnings only: the info line per request would bury the table.
     logger: { level: 'warn' },
   });
@@ -118,8 +122,12 @@ if (role === 'server') {
 const providerProcess = await start('provider');
 const provider = { url: providerProcess.ready.url! };
 const serverProcess = await start('server', { SLUICE_STREAM_BENCH_PROVIDER: provider.url });
-const server = { url: serverProcess.ready.url! };
-const token = serverProcess.ready.token!;
+const server = { url: serverProcess.ready.url!, token: serverProcess.ready.token! };
+const unstoredProcess = await start('server', {
+  SLUICE_STREAM_BENCH_PROVIDER: provider.url,
+  SLUICE_STREAM_BENCH_STORE: '0',
+});
+const unstored = { url: unstoredProcess.ready.url!, token: unstoredProcess.ready.token! };
 
 interface Sample {
   /** From the request's start to the first text. */
@@ -176,12 +184,12 @@ async function direct(chunks: number): Promise<Sample> {
   return sample;
 }
 
-/** The same reply as a streamed run through the server. */
-async function streamed(chunks: number): Promise<Sample> {
+/** The same reply as a streamed run through `target` (the server that stores its events, by default). */
+async function streamed(chunks: number, target = server): Promise<Sample> {
   const start = performance.now();
-  const response = await fetch(`${server.url}/api/client/v1/agents/echo/runs`, {
+  const response = await fetch(`${target.url}/api/client/v1/agents/echo/runs`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${target.token}` },
     body: JSON.stringify({ input: `chunks:${chunks}`, stream: true }),
   });
   if (response.status !== 200)
@@ -203,12 +211,14 @@ async function streamed(chunks: number): Promise<Sample> {
   return sample;
 }
 
-const paths = { direct, streamed } as const;
+const paths = { direct, streamed, unstored: (chunks: number) => streamed(chunks, unstored) } as const;
 const cases = [
   ['direct', SHORT],
   ['streamed', SHORT],
   ['direct', LONG],
   ['streamed', LONG],
+  ['unstored', SHORT],
+  ['unstored', LONG],
 ] as const;
 const samples = new Map<string, Sample[]>(cases.map(([p, n]) => [`${p}:${n}`, []]));
 for (let i = 0; i < warmup + iterations; i++) {
@@ -223,6 +233,7 @@ for (let i = 0; i < warmup + iterations; i++) {
   }
 }
 await serverProcess.stop();
+await unstoredProcess.stop();
 await providerProcess.stop();
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
@@ -231,7 +242,11 @@ const m = (key: string, field: keyof Omit<Sample, 'text'>) => median(samples.get
 const rows = cases.map(([path, chunks]) => {
   const key = `${path}:${chunks}`;
   return {
-    path: path === 'direct' ? 'stand-in stream read directly' : 'streamed run through the server',
+    path: {
+      direct: 'stand-in stream read directly',
+      streamed: 'streamed run through the server',
+      unstored: 'streamed run, events not stored',
+    }[path],
     chunks,
     events: m(key, 'events'),
     firstEvent: m(key, 'firstEvent'),
@@ -239,7 +254,9 @@ const rows = cases.map(([path, chunks]) => {
     total: m(key, 'total'),
   };
 });
-const [directShort, serverShort, directLong, serverLong] = rows as [
+const [directShort, serverShort, directLong, serverLong, unstoredShort, unstoredLong] = rows as [
+  (typeof rows)[0],
+  (typeof rows)[0],
   (typeof rows)[0],
   (typeof rows)[0],
   (typeof rows)[0],
@@ -253,6 +270,13 @@ const perEventAll = ((serverLong.total - directLong.total) / serverLong.events) 
 // time a long reply costs over a one-chunk reply, per extra event.
 const perEventMarginal =
   ((serverLong.total - serverShort.total - (directLong.total - directShort.total)) /
+    (serverLong.events - serverShort.events)) *
+  1000;
+// What storing the events adds: the long stream against the same one on a server that stores
+// none, per event; and per extra event, with the fixed cost of a run taken out on both sides.
+const storedPerEvent = ((serverLong.total - unstoredLong.total) / serverLong.events) * 1000;
+const storedPerEventMarginal =
+  ((serverLong.total - serverShort.total - (unstoredLong.total - unstoredShort.total)) /
     (serverLong.events - serverShort.events)) *
   1000;
 const directPerChunk =
@@ -288,6 +312,9 @@ console.log(
   `per event, fixed cost of a run removed: ${perEventMarginal.toFixed(1)} µs added per extra event (direct: ${directPerChunk.toFixed(1)} µs per chunk)`,
 );
 console.log(
+  `storing the events: ${storedPerEvent.toFixed(1)} µs per event (${LONG} chunks, stored - not stored), ${storedPerEventMarginal.toFixed(1)} µs per extra event; first text ${serverShort.firstText.toFixed(2)} ms stored / ${unstoredShort.firstText.toFixed(2)} ms not stored`,
+);
+console.log(
   JSON.stringify({
     bench: 'stream',
     node: process.version,
@@ -304,5 +331,7 @@ console.log(
     perEventUs: Number(perEventAll.toFixed(2)),
     perEventMarginalUs: Number(perEventMarginal.toFixed(2)),
     directPerChunkUs: Number(directPerChunk.toFixed(2)),
+    storedPerEventUs: Number(storedPerEvent.toFixed(2)),
+    storedPerEventMarginalUs: Number(storedPerEventMarginal.toFixed(2)),
   }),
 );

@@ -38,6 +38,7 @@ import type { Store } from './store/store.js';
 import { onRequestCheck } from './http/hooks.js';
 import { appClock } from './clock.js';
 import { tuning } from './tuning.js';
+import { pruneEvents } from './streams/queries.js';
 import { MAX_TIMER_MS } from './units.js';
 
 export interface ServerApp {
@@ -85,6 +86,11 @@ export interface AppOptions {
   ops?: OpsOptions;
   /** The clock of every component (admission, executor, upkeep, thread waits); default: the system clock. */
   clock?: RouteContext['clock'];
+  /**
+   * false: streams still number their events, but nothing is stored, so nothing can be resumed
+   * or replayed (bench:stream measures what storing costs against it). @default true
+   */
+  storeRunEvents?: boolean;
 }
 
 /**
@@ -172,7 +178,9 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   const clock = appClock(options);
   const principals = new Principals(db, events, () => clock.now());
   const waiters = new RunWaiters(db, events);
-  const executor = new Executor(db, config, settings, waiters, events, log, clock);
+  const executor = new Executor(db, config, settings, waiters, events, log, clock, {
+    storeEvents: options.storeRunEvents ?? true,
+  });
   const limitsFor = tenantPolicy(config, settings);
   const ops = new Ops(db, config, executor, { clock, ...options.ops });
   const upkeep = new NodeUpkeep(db, executor, settings, limitsFor, log, clock);
@@ -216,6 +224,9 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   const now = options.now ?? (() => clock.now());
   const triggers = new TriggerTicker(ctx, now, log);
   upkeep.addJob('triggers', TICK_CHECK_MS, () => triggers.tickNow());
+  upkeep.addJob('stream-events', tuning.pruneStreamsEveryMs, () =>
+    pruneEvents(db, settings.streamRetentionMs, tuning.upkeepBatch),
+  );
 
   opsRoutes(fastify, { store, isDraining: () => isDraining });
   // Webhooks carry a signature, not a bearer token: outside the authenticated scope.

@@ -21,6 +21,7 @@ export interface ServeOptions {
   dataDir?: string;
   logger?: AppOptions['logger'];
   checkCallbackUrl?: AppOptions['checkCallbackUrl'];
+  storeRunEvents?: AppOptions['storeRunEvents'];
   /** Aborting it gives up the start: what was opened is closed, and `serve` rejects. */
   signal?: AbortSignal;
 }
@@ -104,6 +105,7 @@ export async function serve(options: ServeOptions = {}): Promise<RunningServer> 
       settings,
       logger: options.logger,
       checkCallbackUrl: options.checkCallbackUrl,
+      storeRunEvents: options.storeRunEvents,
     });
     const perProcess = perProcessWarning(app.cache, Boolean(databaseUrl));
     if (perProcess) app.fastify.log.warn(perProcess);

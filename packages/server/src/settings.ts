@@ -57,6 +57,8 @@ export interface ServerSettings {
   threadBusyWaitMs: number;
   /** SLUICE_STREAM_KEEP_ALIVE_MS: a streamed run sends a comment line when it has been quiet this long. */
   streamKeepAliveMs: number;
+  /** SLUICE_STREAM_RETENTION_MS: how long a run's stored events stay readable (resumable) after it ended. */
+  streamRetentionMs: number;
   /** SLUICE_CACHE_STORE (`cacheStore`): where places, revocations and the failed-auth limiter live. */
   cacheStore: 'memory' | 'redis';
   /** REDIS_URL (`redisUrl`): the Redis of the `redis` cache store. */
@@ -129,6 +131,7 @@ export const settingDefaults: ServerSettings = Object.freeze({
   maxParallelToolCalls: 10,
   threadBusyWaitMs: 30 * SECOND,
   streamKeepAliveMs: 15 * SECOND,
+  streamRetentionMs: 10 * MINUTE,
   cacheStore: 'memory',
   redisUrl: null,
   trustProxyHops: 0,
@@ -175,6 +178,7 @@ const numeric: Record<NumericKey, { variable: string; min: number; max: number }
   maxParallelToolCalls: { variable: 'SLUICE_MAX_PARALLEL_TOOL_CALLS', min: 1, max: 10_000 },
   threadBusyWaitMs: { variable: 'SLUICE_THREAD_BUSY_WAIT_MS', min: 0, max: MAX_TIMER_MS },
   streamKeepAliveMs: { variable: 'SLUICE_STREAM_KEEP_ALIVE_MS', min: 100, max: 10 * MINUTE },
+  streamRetentionMs: { variable: 'SLUICE_STREAM_RETENTION_MS', min: SECOND, max: 7 * DAY },
   trustProxyHops: { variable: 'SLUICE_TRUST_PROXY_HOPS', min: 0, max: 10 },
   wsMaxConnections: { variable: 'SLUICE_WS_MAX_CONNECTIONS', min: 1, max: 1_000_000 },
   wsMaxConnectionsPerUser: { variable: 'SLUICE_WS_MAX_CONNECTIONS_PER_USER', min: 0, max: 1_000_000 },

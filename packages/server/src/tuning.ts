@@ -43,4 +43,21 @@ export const tuning = Object.freeze({
   admissionReconcileMs: 1 * MINUTE,
   /** Rows one pass of upkeep (promotion, expiry) moves at most, so a pass stays a short transaction. */
   upkeepBatch: 500,
+  /**
+   * How long a run's event may wait in memory before it is stored: the deltas of that span go
+   * in one row and one INSERT. Readers on other processes lag by about this much.
+   */
+  streamFlushMs: 25,
+  /** Events gathered (of all runs of a process) that are written at once instead. */
+  streamFlushEvents: 256,
+  /** Events a process keeps while the database is away; past it the oldest are dropped. */
+  streamMaxPendingEvents: 50_000,
+  /** How often a reader of a run's events looks on its own while NOTIFY arrives... */
+  streamPollMs: 2 * SECOND,
+  /** ...and while it does not (no LISTEN session: a transaction pooler, a restarted database). */
+  streamPollUnheardMs: 250,
+  /** How long a settled run's stream may lack its last event before a reader makes it from the row. */
+  streamGraceMs: 1 * SECOND,
+  /** How often upkeep deletes the events of runs past SLUICE_STREAM_RETENTION_MS. */
+  pruneStreamsEveryMs: 30 * SECOND,
 });

@@ -186,3 +186,14 @@ export const patternMeanings: Record<string, string> = {
   [storableText]: 'hold no U+0000 character and no unpaired UTF-16 surrogate',
   [positiveInteger]: 'be a whole number from 1 to 1000 (larger values give 1000)',
 };
+
+export const runEventsQuery = {
+  type: 'object',
+  properties: {
+    after: {
+      type: 'string',
+      maxLength: 20,
+      description: 'Send the events after this id (as Last-Event-ID).',
+    },
+  },
+} as const;

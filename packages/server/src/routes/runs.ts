@@ -9,6 +9,7 @@ import { decodeCursor, encodeCursor, getRun, listRuns, queueCounts, toApiRun } f
 import type { RouteContext } from './context.js';
 import { createRunRoute } from './create-run.js';
 import { resumeRoute } from './resume.js';
+import { runEventsRoute } from './run-events.js';
 import { clientGone } from '../http/client-gone.js';
 
 export function runRoutes(api: FastifyInstance, ctx: RouteContext): void {
@@ -16,6 +17,7 @@ export function runRoutes(api: FastifyInstance, ctx: RouteContext): void {
 
   createRunRoute(api, ctx);
   resumeRoute(api, ctx);
+  runEventsRoute(api, ctx);
 
   api.get('/agents/runs/queue', { schema: { summary: "The tenant's queues" } }, async (request) => {
     const who = request.principal;

@@ -4,7 +4,8 @@ import type { ToolEvent } from 'sluice';
 import { systemClock } from 'sluice/concurrency';
 import { settingDefaults } from '../settings.js';
 import type { Executor } from '../runs/executor.js';
-import { getRun, toApiRun, type RunRow } from '../runs/store.js';
+import { getRun, type RunRow } from '../runs/store.js';
+import { createdEvent, type RunStreamEvent } from '../streams/index.js';
 
 /** How often an idle stream sends a comment line, so proxies and clients keep it open. */
 export const STREAM_KEEP_ALIVE_MS = settingDefaults.streamKeepAliveMs;
@@ -42,8 +43,10 @@ export class EventStream {
     return !this.#raw.destroyed && !this.#raw.writableEnded;
   }
 
-  send(event: string, data: unknown): void {
-    this.#write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+  /** An event; with `id`, a client that reconnects sends it back as Last-Event-ID. */
+  send(event: string, data: unknown, id?: number): void {
+    const idLine = id === undefined ? '' : `id: ${id}\n`;
+    this.#write(`${idLine}event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
   }
 
   /** A block with data only (the shape of Chat Completions streams); `[DONE]` is sent as is. */
@@ -63,54 +66,27 @@ export class EventStream {
   }
 }
 
-// A run that pauses for approvals ends its stream too: `run.requires_action` carries the
-// pending calls, and the rest of the run is had by resuming it.
-const finalEvent = {
-  succeeded: 'run.completed',
-  failed: 'run.failed',
-  canceled: 'run.canceled',
-  requires_action: 'run.requires_action',
-} as const;
-
-/** The events of a streamed run, under their stream names (Server-Sent Events, WebSocket frames). */
-export type RunStreamEvent =
-  | 'run.created'
-  | 'run.started'
-  | 'message.delta'
-  | 'tool.started'
-  | 'tool.completed'
-  | (typeof finalEvent)[keyof typeof finalEvent];
+export type { RunStreamEvent };
 
 /**
  * Executes an admitted inline run here and tells `send` what happens, whatever carries it:
  * `run.created`, `run.started`, then its text deltas and tool calls as they happen, then exactly
- * one final event. Resolves with the run as it ended, once it has (a client that left does not
- * end it).
+ * one final event, each with its id in the run's stored stream. Resolves with the run as it
+ * ended, once it has (a client that left does not end it).
  */
 export async function playRun(
   executor: Executor,
   run: RunRow,
   db: Parameters<typeof getRun>[0],
-  send: (event: RunStreamEvent, data: object, tool?: ToolEvent) => void,
+  send: (event: RunStreamEvent, data: object, tool: ToolEvent | undefined, id: number) => void,
 ): Promise<RunRow> {
-  send('run.created', toApiRun(run));
-  send('run.started', toApiRun(run));
+  // Stored at admission (runs/submission.ts); sent here as it was stored.
+  const created = createdEvent(run);
+  send(created.event, created.data, undefined, created.id);
   const final = await executor.execute(run, {
-    onText: (text) => send('message.delta', { run_id: run.id, text }),
-    // The stream's data stays { run_id, tool_call_id, name }; the whole event (arguments,
-    // result text) goes beside it for carriers that show them (AG-UI).
-    onTool: (event) =>
-      send(
-        event.type === 'started' ? 'tool.started' : 'tool.completed',
-        { run_id: run.id, tool_call_id: event.toolCallId, name: event.name },
-        event,
-      ),
+    onEvent: (event, tool) => send(event.event, event.data, tool, event.id),
   });
-  // Undefined: the run was ended elsewhere (lost, or its end could not be recorded); say how it stands.
-  const current = final ?? (await getRun(db, run.tenant, run.id).catch(() => undefined)) ?? run;
-  const status = current.status as keyof typeof finalEvent;
-  send(finalEvent[status] ?? 'run.failed', toApiRun(current));
-  return current;
+  return final ?? (await getRun(db, run.tenant, run.id).catch(() => undefined)) ?? run;
 }
 
 /** Executes an admitted inline run here and streams it as Server-Sent Events (see `playRun`). */
@@ -121,7 +97,7 @@ export async function streamRun(
   options: { keepAliveMs?: number; db: Parameters<typeof getRun>[0] },
 ): Promise<void> {
   const stream = new EventStream(reply, options.keepAliveMs);
-  await playRun(executor, run, options.db, (event, data) => stream.send(event, data)).finally(() =>
-    stream.end(),
+  await playRun(executor, run, options.db, (event, data, _tool, id) => stream.send(event, data, id)).finally(
+    () => stream.end(),
   );
 }

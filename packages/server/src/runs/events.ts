@@ -1,18 +1,19 @@
 import type { Database, ListenOptions, ListenSession } from '@sluice/postgres/database';
 
 /**
- * A run ended, a run is asked to stop, a thread was given back (`id` is then the thread's), or
- * an API token was revoked (`id` is the token's).
+ * A run ended, a run is asked to stop, a thread was given back (`id` is then the thread's), an
+ * API token was revoked (`id` is the token's), or a run's stream has new stored events.
  */
-export type RunEvent = { kind: 'end' | 'cancel' | 'thread' | 'token'; id: string };
-const kinds = new Set<string>(['end', 'cancel', 'thread', 'token']);
+export type RunEvent = { kind: 'end' | 'cancel' | 'thread' | 'token' | 'events'; id: string };
+const kinds = new Set<string>(['end', 'cancel', 'thread', 'token', 'events']);
 
 const channel = 'sluice_runs';
 
 /**
  * One LISTEN session per process on the `sluice_runs` channel: 'end:<id>' when a run reaches a
  * final state (a trigger sends it, whatever SQL made the move) and 'cancel:<id>' when a cancel
- * is asked of a running run, 'thread:<id>' when a thread is given back.
+ * is asked of a running run, 'thread:<id>' when a thread is given back, 'events:<id>' when a
+ * flush wrote events of the run (src/streams/queries.ts).
  * A lost session (a restarted database) is opened again with backoff, one attempt at a time;
  * meanwhile the shared polls of the waiters and the executor keep everything correct, only
  * slower.

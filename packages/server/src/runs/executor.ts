@@ -20,8 +20,9 @@ import { answerOf, chatMessages, publicMessage, toChatMessage } from './agent-io
 import { historyOf, newThreadMessages, threadLeaseMs } from '../threads/store.js';
 import { resumption } from './approvals.js';
 import { claimDefaultRun, claimDeferredRun } from './claims.js';
-import { getRun, runsToStop, type RunRow } from './store.js';
+import { getRun, runsToStop, toApiRun, type RunRow } from './store.js';
 import type { RunWaiters } from './waiters.js';
+import { RunStreams, lastEventOf, type RunLog, type StreamEvent } from '../streams/index.js';
 
 /** Why a local run was stopped before it ended by itself. */
 type StopReason = 'cancel' | 'lost' | 'interrupted';
@@ -36,6 +37,11 @@ class StopSignal extends Error {
 export interface RunListener {
   onText?(delta: string): void;
   onTool?(event: ToolEvent): void;
+  /**
+   * Each event of the run's stream as it is stored, with its id: `run.started`, the deltas
+   * and tool calls, then the one that ends the stream (`tool` is the whole tool event).
+   */
+  onEvent?(event: StreamEvent, tool?: ToolEvent): void;
 }
 
 interface LocalRun {
@@ -67,6 +73,8 @@ export class Executor {
   #watching = false;
   /** Hear the slot events of every run executed here (metrics); a listener that throws is ignored. */
   readonly concurrencyListeners = new Set<ConcurrencyEventListener>();
+  /** The stored events of every run executed (and admitted) here. */
+  readonly streams: RunStreams;
   readonly #onConcurrency: ConcurrencyEventListener = (event) => {
     for (const listener of this.concurrencyListeners) {
       try {
@@ -85,9 +93,13 @@ export class Executor {
     events: RunEvents,
     private readonly log: Log = () => undefined,
     private readonly clock: Clock = systemClock,
+    options: { storeEvents?: boolean } = {},
   ) {
     // A config built without defineConfig is checked here, before any worker starts.
     checkClasses(config);
+    this.streams = new RunStreams(db, events, clock, (message, fields) => log('warn', message, fields), {
+      store: options.storeEvents ?? true,
+    });
     events.on((event) => {
       if (event.kind === 'cancel') this.stop(event.id, 'cancel');
       // A queued run of that thread may go now.
@@ -125,9 +137,43 @@ export class Executor {
   }
 
   async #execute(run: RunRow, signal: AbortSignal, listener?: RunListener): Promise<RunRow | undefined> {
-    const outcome = await traceRun(run, () => this.#run(run, signal, listener));
-    if (!outcome) return getRun(this.db, run.tenant, run.id).catch(() => undefined);
-    return this.#persist(run, outcome);
+    const log = await this.streams.open(run);
+    const heard = this.#recorder(run, log, listener);
+    heard.event('run.started', toApiRun(run));
+    const outcome = await traceRun(run, () => this.#run(run, signal, heard));
+    // Everything but the last event is stored before the end is: a reader that sees the run
+    // ended has the rest (streams/follow.ts).
+    await this.streams.flush().catch(() => undefined);
+    const final = outcome
+      ? await this.#persist(run, outcome)
+      : await getRun(this.db, run.tenant, run.id).catch(() => undefined);
+    // Undefined: the run was ended elsewhere (lost, or its end could not be recorded); say how it stands.
+    const current = final ?? (await getRun(this.db, run.tenant, run.id).catch(() => undefined)) ?? run;
+    heard.event(lastEventOf(current.status), toApiRun(current));
+    await this.streams.flush().catch(() => undefined);
+    return final;
+  }
+
+  /** The run's listener, each event stored (and given its id) before it is heard. */
+  #recorder(run: RunRow, log: RunLog, listener: RunListener | undefined) {
+    const event = (name: StreamEvent['event'], data: Record<string, unknown>, tool?: ToolEvent) => {
+      const recorded = log.record(name, data);
+      listener?.onEvent?.(recorded, tool);
+    };
+    return {
+      event,
+      onText: (text: string) => {
+        event('message.delta', { run_id: run.id, text });
+        listener?.onText?.(text);
+      },
+      onTool: (tool: ToolEvent) => {
+        // The stream's data stays { run_id, tool_call_id, name }; the whole event (arguments,
+        // result text) goes beside it for carriers that show them (AG-UI).
+        const data = { run_id: run.id, tool_call_id: tool.toolCallId, name: tool.name };
+        event(tool.type === 'started' ? 'tool.started' : 'tool.completed', data, tool);
+        listener?.onTool?.(tool);
+      },
+    };
   }
 
   /** The agent's result as an outcome to write; undefined when someone else has ended the run. */
@@ -361,6 +407,7 @@ export class Executor {
     await this.stopWorkers();
     clearInterval(this.#watch);
     this.#watch = undefined;
+    await this.streams.close();
   }
 
   async #loop(runClass: RunClass, claim: () => Promise<RunRow | undefined>): Promise<void> {

@@ -267,6 +267,7 @@ async function admitQueued(
   const admission = await admitRun(db, who, newRun, limits, settings.statementTimeoutMs, deps.clock, withRun);
   if (!admission.ok) throw refused(deps, who, admission.refusal);
   deps.admissions?.admitted(newRun.class);
+  deps.executor.streams.created(admission.run);
   if (newRun.schedule === undefined) deps.executor.notify(newRun.class);
   return admission.run;
 }
@@ -349,6 +350,7 @@ async function admitHeld(
     );
     if (!admission.ok) throw refused(deps, who, admission.refusal);
     deps.admissions?.admitted(newRun.class);
+    deps.executor.streams.created(admission.run);
     return { run: admission.run, release };
   } catch (error) {
     release();

@@ -278,6 +278,19 @@ CREATE TABLE public.admission_counters (
 
 
 --
+-- Name: agent_run_events; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.agent_run_events (
+    run_id text NOT NULL,
+    seq integer NOT NULL,
+    events jsonb NOT NULL,
+    CONSTRAINT agent_run_events_events_check CHECK ((jsonb_typeof(events) = 'array'::text)),
+    CONSTRAINT agent_run_events_seq_check CHECK ((seq >= 1))
+);
+
+
+--
 -- Name: agent_runs_seq_seq; Type: SEQUENCE; Schema: public; Owner: -
 --
 
@@ -483,6 +496,14 @@ ALTER TABLE ONLY public.thread_messages ALTER COLUMN seq SET DEFAULT nextval('pu
 
 ALTER TABLE ONLY public.admission_counters
     ADD CONSTRAINT admission_counters_pkey PRIMARY KEY (tenant, project);
+
+
+--
+-- Name: agent_run_events agent_run_events_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.agent_run_events
+    ADD CONSTRAINT agent_run_events_pkey PRIMARY KEY (run_id, seq);
 
 
 --

@@ -1,0 +1,115 @@
+import type { Database } from '@sluice/postgres/database';
+import type { Clock } from 'sluice/concurrency';
+import type { RunEvents } from '../runs/events.js';
+import { toApiRun, type RunRow } from '../runs/store.js';
+import { tuning } from '../tuning.js';
+import type { StreamEvent } from './codec.js';
+import { EventFeed } from './feed.js';
+import { followRun } from './follow.js';
+import type { RunStreamEvent } from './names.js';
+import { newestEvent } from './queries.js';
+import { EventWriter } from './writer.js';
+
+export type { StreamEvent } from './codec.js';
+export { isLastEvent, lastEventOf, type LastEvent, type RunStreamEvent } from './names.js';
+
+/** A run's first event: written at admission, by the process that admitted it. */
+export const createdEvent = (run: RunRow): StreamEvent => ({
+  id: 1,
+  event: 'run.created',
+  data: toApiRun(run),
+});
+
+/** The ids of one execution of a run, handed out as it records its events. */
+export class RunLog {
+  #next: number;
+  constructor(
+    private readonly writer: EventWriter,
+    private readonly runId: string,
+    next: number,
+  ) {
+    this.#next = next;
+  }
+
+  /** Stores the event (at the next flush) and returns it with its id. */
+  record(event: RunStreamEvent, data: Record<string, unknown>): StreamEvent {
+    const id = this.#next++;
+    this.writer.append(this.runId, id, event, data);
+    return { id, event, data };
+  }
+}
+
+/**
+ * The stored streams of this process's runs: the writer that batches their events, and the
+ * readers of `GET /agents/runs/:id/events` (any run, executed here or elsewhere).
+ */
+export class RunStreams {
+  readonly #db: Database;
+  readonly #events: RunEvents;
+  readonly #writer: EventWriter;
+  readonly #feed: EventFeed;
+  readonly #clock: Clock;
+
+  constructor(
+    db: Database,
+    events: RunEvents,
+    clock: Clock,
+    log: (message: string, fields?: object) => void,
+    options: { store: boolean } = { store: true },
+  ) {
+    this.#db = db;
+    this.#events = events;
+    this.#clock = clock;
+    this.#writer = new EventWriter(db, {
+      flushMs: tuning.streamFlushMs,
+      flushEvents: tuning.streamFlushEvents,
+      maxPending: tuning.streamMaxPendingEvents,
+      store: options.store,
+      log,
+    });
+    this.#feed = new EventFeed(this.#writer, events, clock);
+  }
+
+  /** Stores `run.created` of an admitted run. */
+  created(run: RunRow): StreamEvent {
+    const event = createdEvent(run);
+    this.#writer.append(run.id, event.id, event.event, event.data);
+    return event;
+  }
+
+  /**
+   * The ids of a run's execution: after `run.created` for a new run; for a resumed run, after
+   * what its earlier executions stored (read once, after writing what this process holds).
+   */
+  async open(run: RunRow): Promise<RunLog> {
+    if (!run.resuming) return new RunLog(this.#writer, run.id, 2);
+    await this.#writer.flush().catch(() => undefined);
+    const newest = await newestEvent(this.#db, run.id).catch(() => undefined);
+    return new RunLog(this.#writer, run.id, (newest?.id ?? 1) + 1);
+  }
+
+  /** Writes what is gathered now; rejects when the write fails. */
+  flush(): Promise<void> {
+    return this.#writer.flush();
+  }
+
+  follow(tenant: string, runId: string, after: number, signal: AbortSignal): AsyncGenerator<StreamEvent> {
+    return followRun(
+      {
+        db: this.#db,
+        feed: this.#feed,
+        clock: this.#clock,
+        pollMs: () => (this.#events.listening ? tuning.streamPollMs : tuning.streamPollUnheardMs),
+        graceMs: tuning.streamGraceMs,
+      },
+      tenant,
+      runId,
+      after,
+      signal,
+    );
+  }
+
+  close(): Promise<void> {
+    return this.#writer.close();
+  }
+}

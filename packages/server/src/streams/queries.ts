@@ -1,0 +1,88 @@
+import type { Database, SqlClient } from '@sluice/postgres/database';
+import { sqlList, finalStatuses } from '../runs/states.js';
+import type { StoredEvent } from './codec.js';
+
+/** A run's events `seq`, `seq + 1`, ... as one flush wrote them. */
+export interface EventRow {
+  run_id: string;
+  seq: number;
+  events: StoredEvent[];
+}
+
+/**
+ * Writes what a process has gathered since its last flush, for every run it executes, in one
+ * statement: a row per run and flush. Each run that got rows is told on `sluice_runs`
+ * ('events:<id>'), so readers on other processes look now; NOTIFY is sent at commit and works
+ * through a transaction pooler, where LISTEN may not (readers poll too). A row written before
+ * (a flush retried after a lost answer) is kept as it was.
+ */
+export async function insertEvents(db: SqlClient, rows: EventRow[]): Promise<void> {
+  await db.query(
+    `WITH written AS (
+       INSERT INTO agent_run_events (run_id, seq, events)
+       SELECT r.run_id, r.seq, r.events FROM jsonb_to_recordset($1::jsonb) AS r(run_id text, seq int, events jsonb)
+       ON CONFLICT DO NOTHING
+       RETURNING run_id)
+     SELECT pg_notify('sluice_runs', 'events:' || run_id) FROM (SELECT DISTINCT run_id FROM written) AS w`,
+    [JSON.stringify(rows)],
+  );
+}
+
+/**
+ * The rows holding events after `after`, oldest first: the primary key finds the run's rows,
+ * and a run has a handful of them.
+ */
+export async function eventsAfter(db: SqlClient, runId: string, after: number): Promise<EventRow[]> {
+  const result = await db.query<EventRow>(
+    `SELECT run_id, seq, events FROM agent_run_events
+     WHERE run_id = $1::text AND seq + jsonb_array_length(events) - 1 > $2::int ORDER BY seq`,
+    [runId, after],
+  );
+  return result.rows;
+}
+
+/** The id and name of the run's newest stored event; undefined when it has none. */
+export async function newestEvent(
+  db: SqlClient,
+  runId: string,
+): Promise<{ id: number; event: string } | undefined> {
+  const result = await db.query<{ id: number; event: string }>(
+    `SELECT seq + jsonb_array_length(events) - 1 AS id, events -> -1 ->> 0 AS event
+     FROM agent_run_events WHERE run_id = $1::text ORDER BY seq DESC LIMIT 1`,
+    [runId],
+  );
+  return result.rows[0];
+}
+
+/**
+ * Deletes the events of runs that ended more than `retentionMs` ago, and those of runs that are
+ * gone: the events table holds only recent runs, so the join starts from it. In batches, so a
+ * pass stays a short statement.
+ */
+export async function pruneEvents(db: Database, retentionMs: number, batch: number): Promise<number> {
+  const result = await db.query<{ run_id: string }>(
+    `DELETE FROM agent_run_events WHERE (run_id, seq) IN (
+       SELECT e.run_id, e.seq FROM agent_run_events e LEFT JOIN agent_runs r ON r.id = e.run_id
+       WHERE r.id IS NULL
+          OR (r.status IN (${sqlList(finalStatuses)})
+              AND r.finished_at < clock_timestamp() - make_interval(secs => $1::float8 / 1000))
+       LIMIT ${batch})
+     RETURNING run_id`,
+    [retentionMs],
+  );
+  return result.rows.length;
+}
+
+/**
+ * Whether the run's events are past keeping: it ended more than `retentionMs` ago (by the
+ * database's clock, which wrote `finished_at`).
+ */
+export async function eventsExpired(db: SqlClient, runId: string, retentionMs: number): Promise<boolean> {
+  const result = await db.query<{ expired: boolean }>(
+    `SELECT (status IN (${sqlList(finalStatuses)})
+             AND finished_at < clock_timestamp() - make_interval(secs => $2::float8 / 1000)) AS expired
+     FROM agent_runs WHERE id = $1::text`,
+    [runId, retentionMs],
+  );
+  return result.rows[0]?.expired === true;
+}

@@ -1,0 +1,129 @@
+import type { Database } from '@sluice/postgres/database';
+import { compact, type StoredEvent } from './codec.js';
+import type { RunStreamEvent } from './names.js';
+import { insertEvents, type EventRow } from './queries.js';
+
+export interface WriterOptions {
+  /** How long an event may wait for the next flush: deltas of that span go in one row. */
+  flushMs: number;
+  /** Events gathered that start a flush at once. */
+  flushEvents: number;
+  /** Events kept while the database is away; past it the oldest are dropped (their readers see a gap). */
+  maxPending: number;
+  log: (message: string, fields?: object) => void;
+  /** false: events are dropped as they come (nothing to resume); a benchmark's baseline. */
+  store: boolean;
+}
+
+/**
+ * Gathers the events of every run this process executes and writes them in batches: a row per
+ * run and flush, one INSERT per flush (queries.ts insertEvents). `append` only adds to memory,
+ * so a streamed delta reaches its client with no database round trip before it; the store
+ * catches up within `flushMs`. Flushes run one at a time, and what arrives during one goes in
+ * the next. A failed flush keeps its rows and is tried again at the next.
+ */
+export class EventWriter {
+  readonly #db: Database;
+  readonly #options: WriterOptions;
+  /** Rows not written yet, oldest first; the last row of a run is extended while its ids follow on. */
+  #rows: EventRow[] = [];
+  readonly #open = new Map<string, EventRow>();
+  #pending = 0;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #chain: Promise<void> = Promise.resolve();
+  #failures = 0;
+  readonly #written = new Set<(runIds: readonly string[]) => void>();
+
+  constructor(db: Database, options: WriterOptions) {
+    this.#db = db;
+    this.#options = options;
+  }
+
+  /** Adds event `id` of a run; it is written at the next flush. */
+  append(runId: string, id: number, event: RunStreamEvent, data: Record<string, unknown>): void {
+    if (!this.#options.store) return;
+    const stored: StoredEvent = compact(event, data);
+    const open = this.#open.get(runId);
+    if (open && open.seq + open.events.length === id) open.events.push(stored);
+    else {
+      const row = { run_id: runId, seq: id, events: [stored] };
+      this.#rows.push(row);
+      this.#open.set(runId, row);
+    }
+    this.#pending++;
+    if (this.#pending > this.#options.maxPending) this.#dropOldest();
+    if (this.#pending >= this.#options.flushEvents) void this.flush().catch(() => undefined);
+    else this.#timer ??= setTimeout(() => void this.flush().catch(() => undefined), this.#delay());
+  }
+
+  /** Hears the runs each successful flush wrote (readers in this process look at once). */
+  onWritten(listener: (runIds: readonly string[]) => void): () => void {
+    this.#written.add(listener);
+    return () => this.#written.delete(listener);
+  }
+
+  /** Writes everything appended so far; rejects when that write fails (the rows stay for the next). */
+  flush(): Promise<void> {
+    const next = this.#chain.then(() => this.#write());
+    this.#chain = next.catch(() => undefined);
+    return next;
+  }
+
+  /** Writes what is left (one attempt) and stops the timer. */
+  async close(): Promise<void> {
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    await this.flush().catch((error: unknown) =>
+      this.#options.log('run events not written at close', { error: String(error), events: this.#pending }),
+    );
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+  }
+
+  async #write(): Promise<void> {
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    const rows = this.#rows;
+    if (rows.length === 0) return;
+    this.#rows = [];
+    this.#open.clear();
+    const count = this.#pending;
+    this.#pending = 0;
+    try {
+      await insertEvents(this.#db, rows);
+      this.#failures = 0;
+    } catch (error) {
+      // Put back in front of what came meanwhile; the next append (or this retry) writes them.
+      if (this.#failures++ === 0) this.#options.log('writing run events failed', { error: String(error) });
+      this.#rows = [...rows, ...this.#rows];
+      for (const row of this.#rows) this.#open.set(row.run_id, row);
+      this.#pending += count;
+      this.#timer ??= setTimeout(() => void this.flush().catch(() => undefined), this.#delay());
+      throw error;
+    }
+    const runIds = [...new Set(rows.map((r) => r.run_id))];
+    for (const listener of this.#written) listener(runIds);
+  }
+
+  /** The next flush's wait: `flushMs`, backing off to 5 s while writes fail. */
+  #delay(): number {
+    return Math.min(this.#options.flushMs * 2 ** this.#failures, 5_000);
+  }
+
+  #dropOldest(): void {
+    const row = this.#rows[0];
+    if (!row) return;
+    row.events.shift();
+    row.seq++;
+    this.#pending--;
+    if (row.events.length === 0) {
+      this.#rows.shift();
+      if (this.#open.get(row.run_id) === row) this.#open.delete(row.run_id);
+    }
+    if (this.#failures > 0 && this.#pending === this.#options.maxPending) {
+      this.#options.log('run events dropped: the database has been away too long', {
+        kept: this.#options.maxPending,
+      });
+    }
+  }
+}
