@@ -28,6 +28,8 @@ import { threadRoutes } from './routes/threads.js';
 import { triggerRoutes, webhookRoutes } from './routes/triggers.js';
 import { TICK_CHECK_MS, TriggerTicker } from './triggers/ticker.js';
 import { openAiRoutes } from './openai/routes.js';
+import { createGateways } from './gateway/index.js';
+import { gatewayRoutes } from './gateway/routes.js';
 import { RunEvents } from './runs/events.js';
 import { Executor } from './runs/executor.js';
 import { tenantPolicy } from './runs/policy.js';
@@ -184,6 +186,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   const limitsFor = tenantPolicy(config, settings);
   const ops = new Ops(db, config, executor, { clock, ...options.ops });
   const upkeep = new NodeUpkeep(db, executor, settings, limitsFor, log, clock);
+  const gateways = createGateways({ config, db, cache, limitsFor, ops, clock, log });
   // Every final state with a callback_url leaves a row in the outbox (a trigger writes it in the
   // same transaction); this process's dispatcher delivers rows of any process, signed.
   const callbacks = new CallbackDispatcher({
@@ -241,6 +244,16 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     prefix: '/api/client/v1',
   });
   await fastify.register(
+    gatewayRoutes(gateways, {
+      principals,
+      cache,
+      tenants: config.tenants,
+      onError: (request, error) =>
+        log('error', 'gateway request failed', { reqId: request.id, error: (error as Error)?.stack }),
+    }),
+    { prefix: '/api/client/v1' },
+  );
+  await fastify.register(
     async (api) => {
       api.addHook('onRequest', authenticate(principals, cache));
       runRoutes(api, ctx);
@@ -258,7 +271,8 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     isDraining = true;
     waiters.closeAll();
     const stopping = executor.stopWorkers();
-    const left = await executor.settle(drainMs);
+    // Open gateway requests get the same drain time as runs, then are cut.
+    const [left] = await Promise.all([executor.settle(drainMs), gateways.settle(drainMs)]);
     let interruptedIds: string[] = [];
     if (left.length > 0) {
       interruptedIds = await interruptRuns(db, executor.node, left).catch(() => []);
@@ -272,6 +286,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     const closing = fastify.close().finally(() => clearInterval(idle));
     for (const socket of quiet) socket.destroy();
     await closing;
+    gateways.close();
     await callbacks.stop();
     ops.close();
     upkeep.stop();

@@ -1,6 +1,7 @@
 import type { Agent, ConcurrencyConfigError } from 'sluice';
 import { runClasses, type RunClass } from './runs/lifecycle.js';
 import type { RunsConfig, ServerSettings, WebsocketConfig } from './settings.js';
+import { resolveGateways, type GatewayConfig } from './gateway/config.js';
 
 /** A period for quotas: a sliding window of that length. */
 export type QuotaPeriod = 'hour' | 'day' | 'month';
@@ -14,12 +15,16 @@ export interface TenantQuota {
   spend?: { limitUsd: number; per: QuotaPeriod };
   /** The agents this tenant may run; without it, every agent. Others answer 404, as if they did not exist. */
   agents?: string[];
+  /** The gateways this tenant may use; without it, every gateway. Others answer 403. */
+  gateways?: string[];
 }
 
 /** What a `sluice.config.*` module exports. */
 export interface SluiceConfig {
   /** The agents the server runs, by the name used in `/agents/{agent}/runs`. */
   agents: Record<string, Agent<string> | Agent<never>>;
+  /** Provider gateways: `/api/client/v1/gateway/NAME/...` forwards to each one's `upstream`, taking slots of its limiter. */
+  gateways?: Record<string, GatewayConfig>;
   /** Per-tenant quotas. */
   tenants?: Record<string, TenantQuota>;
   /** Settings; the spec's environment variables override them. */
@@ -94,6 +99,7 @@ export function defineConfig(config: SluiceConfig): SluiceConfig {
     }
   }
   checkClasses(config);
+  resolveGateways(config.gateways, config.tenants);
   return config;
 }
 

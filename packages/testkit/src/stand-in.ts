@@ -4,10 +4,19 @@ import { isRefusal, ProviderAccount, type Admission } from './account.js';
 import { accountHeaders, refusalBody } from './account-headers.js';
 import { fromAnthropic, respondAnthropic } from './anthropic.js';
 import { respondOpenAi } from './openai.js';
+import {
+  fromResponsesInput,
+  respondResponses,
+  sendEmbeddings,
+  sendModels,
+  sendTokenCount,
+} from './other-routes.js';
 import type { ProviderStandIn, RequestRecord, StandInOptions, StandInRequest } from './types.js';
 import { outputCap, promptTokens, reportedUsage, sendJson, sleep } from './wire.js';
 
 type Protocol = 'openai' | 'anthropic';
+/** What a request asks for, by its method and the end of its path. */
+type Route = 'chat' | 'messages' | 'responses' | 'embeddings' | 'count_tokens' | 'models';
 
 function lastUserText(messages: StandInRequest['messages']): string {
   for (let i = messages.length - 1; i >= 0; i--) {
@@ -27,27 +36,45 @@ async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> 
   return JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}') as Record<string, unknown>;
 }
 
-function protocolOf(req: IncomingMessage): Protocol | undefined {
+function routeOf(req: IncomingMessage): Route | undefined {
+  const path = (req.url ?? '').split('?')[0]!;
+  if (req.method === 'GET') return path.endsWith('/models') ? 'models' : undefined;
   if (req.method !== 'POST') return undefined;
-  if (req.url?.endsWith('/chat/completions')) return 'openai';
-  if (req.url?.endsWith('/v1/messages')) return 'anthropic';
+  if (path.endsWith('/chat/completions')) return 'chat';
+  if (path.endsWith('/v1/messages')) return 'messages';
+  if (path.endsWith('/v1/messages/count_tokens')) return 'count_tokens';
+  if (path.endsWith('/responses')) return 'responses';
+  if (path.endsWith('/embeddings')) return 'embeddings';
   return undefined;
 }
 
+const protocolOfRoute = (route: Route): Protocol =>
+  route === 'messages' || route === 'count_tokens' ? 'anthropic' : 'openai';
+
 /** A request body of either protocol, in the OpenAI shape the responders read. */
 function toStandInRequest(
-  protocol: Protocol,
+  route: Route,
   index: number,
   body: Record<string, unknown>,
   headers: IncomingHttpHeaders,
 ): StandInRequest {
+  const protocol = protocolOfRoute(route);
   const auth = headers.authorization;
   return {
     index,
-    api: protocol === 'openai' ? 'openai-completions' : 'anthropic-messages',
+    api:
+      protocol === 'anthropic'
+        ? 'anthropic-messages'
+        : route === 'responses'
+          ? 'openai-responses'
+          : 'openai-completions',
     model: String(body.model ?? ''),
     messages:
-      protocol === 'openai' ? ((body.messages as StandInRequest['messages']) ?? []) : fromAnthropic(body),
+      protocol === 'anthropic'
+        ? fromAnthropic(body)
+        : route === 'responses'
+          ? fromResponsesInput(body)
+          : ((body.messages as StandInRequest['messages']) ?? []),
     tools:
       protocol === 'openai'
         ? ((body.tools as StandInRequest['tools']) ?? [])
@@ -65,9 +92,12 @@ function toStandInRequest(
   };
 }
 
-function newRecord(index: number): RequestRecord {
+function newRecord(index: number, req: IncomingMessage): RequestRecord {
   return {
     index,
+    method: req.method ?? '',
+    path: req.url ?? '',
+    headers: { ...req.headers },
     model: '',
     apiKey: undefined,
     stream: false,
@@ -122,14 +152,15 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
   }
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const protocol = protocolOf(req);
-    if (!protocol) {
+    const route = routeOf(req);
+    if (!route) {
       res.writeHead(404, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ error: { message: `no route ${req.method} ${req.url}`, type: 'not_found' } }));
       return;
     }
-    const record = newRecord(++counter);
+    const record = newRecord(++counter, req);
     records.push(record);
+    const protocol = protocolOfRoute(route);
     // What the account charged the request, and the tokens its response reports it used.
     const charge: { admission?: Admission; used?: number | undefined } = {};
     track(res, record, () => {
@@ -137,8 +168,9 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
       account!.finish(charge.admission, record.done && record.status === 200 ? charge.used : undefined);
     });
 
+    if (route === 'models') return sendModels(res, record, clock.now());
     const body = await readJson(req);
-    const request = toStandInRequest(protocol, record.index, body, req.headers);
+    const request = toStandInRequest(route, record.index, body, req.headers);
     Object.assign(record, {
       model: request.model,
       apiKey: request.apiKey,
@@ -162,6 +194,8 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
       for (const [name, value] of Object.entries(accountHeaders(protocol, account)))
         res.setHeader(name, value);
     }
+    if (route === 'embeddings') return sendEmbeddings(res, record, body);
+    if (route === 'count_tokens') return sendTokenCount(res, record, request);
     const latency =
       typeof options.latencyMs === 'function' ? options.latencyMs(request) : (options.latencyMs ?? 0);
     await sleep(latency);
@@ -170,7 +204,8 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
     const usage = reportedUsage(answer, request);
     charge.used = usage && usage.input + usage.output;
     const chunkDelayMs = options.chunkDelayMs ?? 0;
-    if (protocol === 'anthropic') await respondAnthropic(request, answer, res, record, chunkDelayMs);
+    if (route === 'messages') await respondAnthropic(request, answer, res, record, chunkDelayMs);
+    else if (route === 'responses') await respondResponses(request, answer, res, record, chunkDelayMs, clock.now());
     else await respondOpenAi(request, answer, res, record, chunkDelayMs, clock.now());
   }
   await new Promise<void>((resolve) => server.listen(options.port ?? 0, '127.0.0.1', resolve));

@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from 'node:http';
 /** The stand-in's options, its replies and what it records of each request. */
 
 /** What the stand-in answers to one request. */
@@ -25,7 +26,7 @@ export interface StandInRequest {
   /** 1 for the first request the stand-in received, and so on. */
   readonly index: number;
   /** Which wire protocol the request came in. */
-  readonly api: 'openai-completions' | 'anthropic-messages';
+  readonly api: 'openai-completions' | 'openai-responses' | 'anthropic-messages';
   readonly model: string;
   readonly messages: readonly {
     role: string;
@@ -42,6 +43,11 @@ export interface StandInRequest {
 
 export interface RequestRecord {
   readonly index: number;
+  readonly method: string;
+  /** The request target as it came: path and query. */
+  readonly path: string;
+  /** Every header as received (what a test checks a gateway forwarded, and what it did not). */
+  readonly headers: Readonly<IncomingHttpHeaders>;
   readonly model: string;
   readonly apiKey: string | undefined;
   readonly stream: boolean;

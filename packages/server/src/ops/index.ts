@@ -8,6 +8,7 @@ import { readStats } from './limiters.js';
 import { Metrics } from './metrics.js';
 import { RunCounts, type RunCount, type RunCountsOptions } from './run-counts.js';
 import { SlotBook, type WorkloadSlots } from './slots.js';
+import { GatewayTraffic, type GatewayTrafficRow } from '../gateway/traffic.js';
 
 export { AdmissionLog, type AdmissionHooks } from './admissions.js';
 
@@ -22,6 +23,8 @@ export interface Overview {
   readonly runs: readonly RunCount[];
   /** This process's last refusals, newest first. */
   readonly refusals: readonly RecentRefusal[];
+  /** Gateway requests per tenant and gateway, as this process counted them. */
+  readonly gateways: readonly GatewayTrafficRow[];
 }
 
 export interface OpsOptions {
@@ -39,6 +42,8 @@ export class Ops {
   readonly admissions: AdmissionLog;
   readonly capacity: CapacityBook;
   readonly metrics: Metrics;
+  /** Gateway traffic per tenant (the gateway counts it, the dashboard draws it). */
+  readonly gatewayTraffic = new GatewayTraffic();
   readonly #clock: Clock;
 
   constructor(db: Database, config: SluiceConfig, executor: Executor, options: OpsOptions = {}) {
@@ -76,6 +81,7 @@ export class Ops {
       capacity: this.capacity.read(stats),
       runs: mine(runs).sort((a, b) => order(a).localeCompare(order(b))),
       refusals: this.admissions.recent(tenant),
+      gateways: this.gatewayTraffic.read(tenant),
     };
   }
 

@@ -12,6 +12,12 @@ export function limitersOf(config: SluiceConfig): Map<string, ConcurrencyLimiter
     const limiter = (agent as { limiter?: ConcurrencyLimiter<string> }).limiter;
     if (limiter && !limiters.has(limiter.name)) limiters.set(limiter.name, limiter);
   }
+  // A gateway's limiter is often an agent's too (one provider account): one limiter, one row.
+  for (const gateway of Object.values(config.gateways ?? {})) {
+    const limiter = gateway?.limiter;
+    if (limiter && typeof limiter.name === 'string' && !limiters.has(limiter.name))
+      limiters.set(limiter.name, limiter);
+  }
   return limiters;
 }
 

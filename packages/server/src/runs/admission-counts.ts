@@ -184,7 +184,10 @@ export interface SpendFigures {
 export async function spendFigures(tx: SqlClient, tenant: string, windowMs: number): Promise<SpendFigures> {
   return (
     await tx.query<SpendFigures>(
-      `SELECT coalesce(sum((usage ->> 'cost')::float8), 0)::float8 AS spent,
+      // The gateway's requests (sql/021) spend from the same limit as the tenant's runs.
+      `SELECT (coalesce(sum((usage ->> 'cost')::float8), 0) +
+               (SELECT coalesce(sum(cost), 0) FROM gateway_usage
+                WHERE tenant = $1::text AND created_at > clock_timestamp() - $2::float8 * interval '1 millisecond'))::float8 AS spent,
               count(*) FILTER (WHERE status IN ('scheduled', 'queued', 'running', 'requires_action'))::int AS active,
               avg((usage ->> 'cost')::float8) FILTER (WHERE usage ? 'cost')::float8 AS mean
        FROM agent_runs
