@@ -348,6 +348,36 @@ CREATE TABLE public.callback_deliveries (
 
 
 --
+-- Name: gateway_usage; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.gateway_usage (
+    id bigint NOT NULL,
+    tenant text NOT NULL,
+    gateway text NOT NULL,
+    status integer NOT NULL,
+    input_tokens bigint DEFAULT 0 NOT NULL,
+    output_tokens bigint DEFAULT 0 NOT NULL,
+    cost double precision DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+
+--
+-- Name: gateway_usage_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.gateway_usage ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.gateway_usage_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+--
 -- Name: schema_migrations; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -547,6 +577,14 @@ ALTER TABLE ONLY public.callback_deliveries
 
 
 --
+-- Name: gateway_usage gateway_usage_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.gateway_usage
+    ADD CONSTRAINT gateway_usage_pkey PRIMARY KEY (id);
+
+
+--
 -- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -692,6 +730,13 @@ CREATE INDEX agent_runs_thread_queue ON public.agent_runs USING btree (thread_id
 --
 
 CREATE INDEX callback_deliveries_due ON public.callback_deliveries USING btree (next_attempt_at) WHERE (state = 'pending'::text);
+
+
+--
+-- Name: gateway_usage_tenant_time; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX gateway_usage_tenant_time ON public.gateway_usage USING btree (tenant, created_at);
 
 
 --
