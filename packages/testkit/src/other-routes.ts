@@ -24,11 +24,20 @@ export function sendModels(res: ServerResponse, record: RequestRecord, now: numb
   const created = Math.floor(now / 1000);
   sendJson(res, record, 200, {
     object: 'list',
-    data: ['stand-in-small', 'stand-in-large'].map((id) => ({ id, object: 'model', created, owned_by: 'stand-in' })),
+    data: ['stand-in-small', 'stand-in-large'].map((id) => ({
+      id,
+      object: 'model',
+      created,
+      owned_by: 'stand-in',
+    })),
   });
 }
 
-export function sendEmbeddings(res: ServerResponse, record: RequestRecord, body: Record<string, unknown>): void {
+export function sendEmbeddings(
+  res: ServerResponse,
+  record: RequestRecord,
+  body: Record<string, unknown>,
+): void {
   const inputs = Array.isArray(body.input) ? (body.input as unknown[]) : [body.input];
   const tokens = inputs.reduce<number>((n, i) => n + Math.max(1, JSON.stringify(i ?? '').length >> 2), 0);
   sendJson(res, record, 200, {
@@ -57,7 +66,11 @@ export async function respondResponses(
   chunkDelayMs: number,
   now: number,
 ): Promise<void> {
-  if (writeFault(answer, res, record, (_, message) => ({ error: { message, type: 'stand_in_error', code: null } })))
+  if (
+    writeFault(answer, res, record, (_, message) => ({
+      error: { message, type: 'stand_in_error', code: null },
+    }))
+  )
     return;
   const text = 'text' in answer ? (answer.text ?? '') : '';
   const usage = usageOf(answer, request, text);
@@ -77,7 +90,13 @@ export async function respondResponses(
     model: request.model,
     output,
     ...(withUsage
-      ? { usage: { input_tokens: usage.input, output_tokens: usage.output, total_tokens: usage.input + usage.output } }
+      ? {
+          usage: {
+            input_tokens: usage.input,
+            output_tokens: usage.output,
+            total_tokens: usage.input + usage.output,
+          },
+        }
       : {}),
   });
   record.status = 200;
@@ -95,7 +114,12 @@ export async function respondResponses(
   await send('response.created', { response: response('in_progress', [], false) });
   if ('stall' in answer) return;
   for (const piece of text.match(/.{1,16}/gs) ?? [])
-    await send('response.output_text.delta', { item_id: message.id, output_index: 0, content_index: 0, delta: piece });
+    await send('response.output_text.delta', {
+      item_id: message.id,
+      output_index: 0,
+      content_index: 0,
+      delta: piece,
+    });
   await send('response.output_text.done', { item_id: message.id, output_index: 0, content_index: 0, text });
   if (res.destroyed) return;
   record.done = true;

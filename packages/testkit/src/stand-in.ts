@@ -205,7 +205,8 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
     charge.used = usage && usage.input + usage.output;
     const chunkDelayMs = options.chunkDelayMs ?? 0;
     if (route === 'messages') await respondAnthropic(request, answer, res, record, chunkDelayMs);
-    else if (route === 'responses') await respondResponses(request, answer, res, record, chunkDelayMs, clock.now());
+    else if (route === 'responses')
+      await respondResponses(request, answer, res, record, chunkDelayMs, clock.now());
     else await respondOpenAi(request, answer, res, record, chunkDelayMs, clock.now());
   }
   await new Promise<void>((resolve) => server.listen(options.port ?? 0, '127.0.0.1', resolve));

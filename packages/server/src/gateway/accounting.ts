@@ -48,7 +48,9 @@ export class GatewayAccounting {
   async checkPeriod(tenant: string): Promise<void> {
     const { runQuota, spend } = this.limitsFor(tenant);
     if (runQuota) {
-      const used = (await quotaUse(this.db, tenant, runQuota.windowMs)) + (await this.requests(tenant, runQuota.windowMs));
+      const used =
+        (await quotaUse(this.db, tenant, runQuota.windowMs)) +
+        (await this.requests(tenant, runQuota.windowMs));
       if (used >= runQuota.limit)
         throw new GatewayError(
           429,

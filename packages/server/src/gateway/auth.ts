@@ -41,14 +41,21 @@ export function gatewayAuth(
   return async (request: FastifyRequest): Promise<{ principal: Principal; gateway: ResolvedGateway }> => {
     const secret = callerSecret(request.headers);
     if (!secret)
-      throw await refuse(request, 'Send a Sluice API token: Authorization: Bearer <token>, or x-api-key: <token>');
+      throw await refuse(
+        request,
+        'Send a Sluice API token: Authorization: Bearer <token>, or x-api-key: <token>',
+      );
     const principal = await principals.find(secret);
     if (!principal) throw await refuse(request, 'Unknown or revoked API token');
     const name = (request.params as { name: string }).name;
     const gateway = gateways.find(name);
     if (!gateway) throw unknownGateway(name);
     if (principal.role === 'read')
-      throw new GatewayError(403, 'permission_denied', 'A read token cannot send provider requests; it needs the member role');
+      throw new GatewayError(
+        403,
+        'permission_denied',
+        'A read token cannot send provider requests; it needs the member role',
+      );
     if (!tenantMayUse(tenants, principal.tenant, gateway.name)) throw gatewayForbidden(gateway.name);
     return { principal, gateway };
   };

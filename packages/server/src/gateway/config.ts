@@ -93,7 +93,9 @@ function resolveCost(field: string, raw: unknown): ResolvedGateway['cost'] {
 export function resolveGateway(name: string, raw: unknown): ResolvedGateway {
   const at = `gateways.${name}`;
   if (!NAME.test(name))
-    throw new TypeError(`Expected gateway names to be 1 to 64 letters, digits, _ or -, got \`${describe(name)}\``);
+    throw new TypeError(
+      `Expected gateway names to be 1 to 64 letters, digits, _ or -, got \`${describe(name)}\``,
+    );
   if (raw === null || typeof raw !== 'object') return fail(at, 'an object', raw);
   const options = raw as Record<string, unknown>;
   if (options.api !== 'openai' && options.api !== 'anthropic')

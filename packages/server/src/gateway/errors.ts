@@ -66,9 +66,14 @@ export const noSlot = (message: string, retryAfterS: number) =>
   new GatewayError(429, 'rate_limit_exceeded', message, { 'retry-after': String(retryAfterS) });
 
 export const limiterFailed = (limiter: string) =>
-  new GatewayError(503, 'limiter_unavailable', `The limiter \`${limiter}\` cannot be reached; try again shortly`, {
-    'retry-after': '1',
-  });
+  new GatewayError(
+    503,
+    'limiter_unavailable',
+    `The limiter \`${limiter}\` cannot be reached; try again shortly`,
+    {
+      'retry-after': '1',
+    },
+  );
 
 export const gatewayDraining = () =>
   new GatewayError(503, 'server_draining', 'This server is shutting down; send the request to another one', {
@@ -76,7 +81,11 @@ export const gatewayDraining = () =>
   });
 
 export const upstreamUnreachable = () =>
-  new GatewayError(502, 'upstream_unreachable', 'The upstream provider could not be reached or cut the connection');
+  new GatewayError(
+    502,
+    'upstream_unreachable',
+    'The upstream provider could not be reached or cut the connection',
+  );
 
 export const leaseLost = () =>
   new GatewayError(

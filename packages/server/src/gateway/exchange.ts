@@ -1,7 +1,8 @@
 import type { ClientRequest, IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import type { TokenCounts } from 'sluice';
 import type { GatewayApi } from './config.js';
-import { GatewayError, leaseLost, upstreamUnreachable } from './errors.js';
+import type { GatewayError } from './errors.js';
+import { leaseLost, upstreamUnreachable } from './errors.js';
 import { callerHeaders, isEventStream } from './headers.js';
 import { jsonUsageReader, sseUsageReader } from './usage.js';
 

@@ -127,7 +127,12 @@ export class Gateways {
       if (!refusal) this.#parts.warn('gateway request failed', error);
       const answer = refusal ?? new GatewayError(500, 'internal_error', 'internal error');
       if (!gone.signal.aborted) writeError(response, gateway.api, answer, call.requestId);
-      end = { outcome: gone.signal.aborted ? 'cancelled' : 'failed', status: answer.status, headers: undefined, usage: undefined };
+      end = {
+        outcome: gone.signal.aborted ? 'cancelled' : 'failed',
+        status: answer.status,
+        headers: undefined,
+        usage: undefined,
+      };
     } finally {
       response.removeListener('close', onClose);
       this.#open.delete(open);
@@ -232,7 +237,10 @@ export class Gateways {
           Math.max(1, Math.ceil(error.timeoutMs / 1000)),
         );
       if (error instanceof ConcurrencyQueueFullError)
-        throw noSlot(`The queue of limiter \`${error.limiter}\` is full (${error.queued} waiting); retry later`, 1);
+        throw noSlot(
+          `The queue of limiter \`${error.limiter}\` is full (${error.queued} waiting); retry later`,
+          1,
+        );
       if (error instanceof ConcurrencyConfigError)
         throw new GatewayError(400, 'invalid_request', error.message);
       throw limiterFailed(gateway.limiter.name);
@@ -246,7 +254,12 @@ export class Gateways {
     await slot.release(end.outcome, {
       ...(end.usage ? { usage: end.usage } : {}),
       ...(end.headers
-        ? { provider: { status: end.status, ...(limits ? { limits, retryAfterMs: limits.retryAfterMs } : {}) } }
+        ? {
+            provider: {
+              status: end.status,
+              ...(limits ? { limits, retryAfterMs: limits.retryAfterMs } : {}),
+            },
+          }
         : {}),
     });
   }

@@ -22,7 +22,14 @@ const HOP_BY_HOP = new Set([
  * (answered here), and `Accept-Encoding`: the upstream answers uncompressed, so the copy the
  * usage is read from is plain text (the cost is bytes on the upstream link, not time here).
  */
-const CALLER_ONLY = new Set(['authorization', 'x-api-key', 'cookie', 'content-length', 'expect', 'accept-encoding']);
+const CALLER_ONLY = new Set([
+  'authorization',
+  'x-api-key',
+  'cookie',
+  'content-length',
+  'expect',
+  'accept-encoding',
+]);
 
 /** What an upstream sends that is not for the caller: cookies of the provider's domain. */
 const UPSTREAM_ONLY = new Set(['set-cookie', 'content-length']);

@@ -37,4 +37,3 @@ export function createGateways(parts: {
     warn: (message, error) => parts.log('warn', message, { error: String(error) }),
   });
 }
-

@@ -19,14 +19,19 @@ declare module 'fastify' {
 function asGatewayError(error: FastifyError | HttpError | GatewayError): GatewayError {
   if (error instanceof GatewayError) return error;
   // The server's own refusals that reach these routes: 503 while draining, above all.
-  if (error instanceof HttpError) return new GatewayError(error.status, error.type, error.message, error.headers);
+  if (error instanceof HttpError)
+    return new GatewayError(error.status, error.type, error.message, error.headers);
   switch (error.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       return bodyTooLarge(requestLimits.bodyBytes);
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
       return new GatewayError(400, 'invalid_request', 'The body is not as long as its Content-Length says');
     case 'FST_ERR_BAD_URL':
-      return new GatewayError(400, 'invalid_request', 'The URL is not valid: a percent-encoded part of it is not UTF-8');
+      return new GatewayError(
+        400,
+        'invalid_request',
+        'The URL is not valid: a percent-encoded part of it is not UTF-8',
+      );
   }
   const status = error.statusCode ?? 500;
   if (status >= 400 && status < 500) return new GatewayError(status, 'invalid_request', error.message);
@@ -51,8 +56,10 @@ export function gatewayRoutes(
   const authenticate = gatewayAuth(gateways, deps.principals, deps.cache, deps.tenants);
   return async (api: FastifyInstance) => {
     api.removeAllContentTypeParsers();
-    api.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: requestLimits.bodyBytes }, (_r, body, done) =>
-      done(null, body),
+    api.addContentTypeParser(
+      '*',
+      { parseAs: 'buffer', bodyLimit: requestLimits.bodyBytes },
+      (_r, body, done) => done(null, body),
     );
     api.setErrorHandler((error: FastifyError | HttpError | GatewayError, request, reply) => {
       const answer = asGatewayError(error);

@@ -10,8 +10,16 @@ import { rawRequest, receivedText, startGatewayServer, UPSTREAM_KEY } from './ha
 const chat = (client: OpenAI) =>
   client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'secret prompt text' }] });
 const message = (client: Anthropic) =>
-  client.messages.create({ model: 'c', max_tokens: 5, messages: [{ role: 'user', content: 'secret prompt text' }] });
-const caught = <T>(p: Promise<T>) => p.then(() => undefined, (e: unknown) => e as Error & { status: number; error: unknown });
+  client.messages.create({
+    model: 'c',
+    max_tokens: 5,
+    messages: [{ role: 'user', content: 'secret prompt text' }],
+  });
+const caught = <T>(p: Promise<T>) =>
+  p.then(
+    () => undefined,
+    (e: unknown) => e as Error & { status: number; error: unknown },
+  );
 
 it('401 without a token or with a bad one, in each API shape; 403 for a gateway the tenant may not use, or a read token; 404 for an unknown gateway', async () => {
   const lines: string[] = [];
@@ -45,7 +53,11 @@ it('401 without a token or with a bad one, in each API shape; 403 for a gateway 
   expect(JSON.parse(noKey.body)).toMatchObject({ type: 'error', error: { type: 'authentication_error' } });
   const bad = await caught(chat(s.openai('sk_not_a_real_token_at_all_0000000000')));
   expect(bad).toBeInstanceOf(OpenAI.AuthenticationError);
-  expect(bad!.error).toMatchObject({ type: 'authentication_required', code: 'authentication_required', param: null });
+  expect(bad!.error).toMatchObject({
+    type: 'authentication_required',
+    code: 'authentication_required',
+    param: null,
+  });
 
   const badClaude = await caught(message(s.anthropic('not-a-token')));
   expect(badClaude).toBeInstanceOf(Anthropic.AuthenticationError);
@@ -83,5 +95,6 @@ it('401 without a token or with a bad one, in each API shape; 403 for a gateway 
   expect(JSON.parse(gatewayLines[0]!)).toMatchObject({ gateway: 'claude', tenant: 'limited', status: 200 });
   expect(JSON.parse(gatewayLines[0]!).reqId).toEqual(expect.any(String));
   const all = lines.join('\n');
-  for (const secret of [UPSTREAM_KEY, acme, limited, reader, 'secret prompt text']) expect(all).not.toContain(secret);
+  for (const secret of [UPSTREAM_KEY, acme, limited, reader, 'secret prompt text'])
+    expect(all).not.toContain(secret);
 }, 30_000);

@@ -35,7 +35,10 @@ export interface GatewayServerOptions {
 export async function startGatewayServer(options: GatewayServerOptions = {}): Promise<GatewayServer> {
   const provider = ownStandIn(
     await startProviderStandIn({
-      reply: (r) => ({ text: `echo ${JSON.stringify(r.messages.at(-1)?.content ?? '')}`, usage: { input: 11, output: 7 } }),
+      reply: (r) => ({
+        text: `echo ${JSON.stringify(r.messages.at(-1)?.content ?? '')}`,
+        usage: { input: 11, output: 7 },
+      }),
       ...options.standIn,
     }),
   );
@@ -45,7 +48,13 @@ export async function startGatewayServer(options: GatewayServerOptions = {}): Pr
     agents: { echo: createAgent({ model, credentials: { apiKey: 'agent-key' }, concurrency: { limiter } }) },
     gateways: {
       openai: { api: 'openai', upstream: provider.url, limiter, apiKey: UPSTREAM_KEY, ...options.gateway },
-      claude: { api: 'anthropic', upstream: provider.anthropicUrl, limiter, apiKey: UPSTREAM_KEY, ...options.gateway },
+      claude: {
+        api: 'anthropic',
+        upstream: provider.anthropicUrl,
+        limiter,
+        apiKey: UPSTREAM_KEY,
+        ...options.gateway,
+      },
     },
     tenants: options.tenants,
     settings: options.settings,
@@ -57,7 +66,8 @@ export async function startGatewayServer(options: GatewayServerOptions = {}): Pr
     limiter,
     baseUrl,
     openai: (token, name = 'openai') => new OpenAI({ apiKey: token, baseURL: baseUrl(name), maxRetries: 0 }),
-    anthropic: (token, name = 'claude') => new Anthropic({ apiKey: token, baseURL: baseUrl(name), maxRetries: 0 }),
+    anthropic: (token, name = 'claude') =>
+      new Anthropic({ apiKey: token, baseURL: baseUrl(name), maxRetries: 0 }),
   };
 }
 
@@ -92,18 +102,28 @@ export const receivedText = (provider: ProviderStandIn) =>
 /** A request over a plain socket with the headers given, and its answer. */
 export function rawRequest(
   url: string,
-  options: { method: string; path: string; headers: Record<string, string>; body?: string },
+  options: {
+    method: string;
+    path: string;
+    headers: Record<string, string>;
+    body?: string;
+    /** Sends the headers and no body, leaving the request open (its declared length unsent). */
+    hold?: boolean;
+  },
 ): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: string }> {
   const { hostname, port } = new URL(url);
   return new Promise((resolve, reject) => {
-    const req = httpRequest({ hostname, port, method: options.method, path: options.path, headers: options.headers }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => (body += c));
-      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body }));
-    });
+    const req = httpRequest(
+      { hostname, port, method: options.method, path: options.path, headers: options.headers },
+      (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (body += c));
+        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body }));
+      },
+    );
     req.on('error', reject);
-    req.end(options.body);
+    if (options.hold) req.flushHeaders();
+    else req.end(options.body);
   });
 }
-

@@ -9,7 +9,10 @@ it('the openai client: chat completions, responses, embeddings and models, strea
   const token = await s.token({ tenant: 'acme' });
   const client = s.openai(token);
 
-  const chat = await client.chat.completions.create({ model: 'gpt-x', messages: [{ role: 'user', content: 'hi' }] });
+  const chat = await client.chat.completions.create({
+    model: 'gpt-x',
+    messages: [{ role: 'user', content: 'hi' }],
+  });
   expect(chat.choices[0]!.message.content).toBe('echo "hi"');
   expect(chat.usage).toMatchObject({ prompt_tokens: 11, completion_tokens: 7 });
 
@@ -29,7 +32,11 @@ it('the openai client: chat completions, responses, embeddings and models, strea
 
   const deltas: string[] = [];
   let completed = false;
-  for await (const event of await client.responses.create({ model: 'gpt-x', input: 'streamed response', stream: true })) {
+  for await (const event of await client.responses.create({
+    model: 'gpt-x',
+    input: 'streamed response',
+    stream: true,
+  })) {
     if (event.type === 'response.output_text.delta') deltas.push(event.delta);
     if (event.type === 'response.completed') completed = true;
   }
@@ -80,7 +87,10 @@ it('@anthropic-ai/sdk: messages streamed and not, and count_tokens, with x-api-k
   expect(texts.join('')).toBe('echo "stream it"');
   expect(final.usage.output_tokens).toBe(7);
 
-  const counted = await client.messages.countTokens({ model: 'claude-x', messages: [{ role: 'user', content: 'count me' }] });
+  const counted = await client.messages.countTokens({
+    model: 'claude-x',
+    messages: [{ role: 'user', content: 'count me' }],
+  });
   expect(counted.input_tokens).toBeGreaterThan(0);
 
   expect(s.provider.requests.map((r) => `${r.method} ${r.path}`)).toEqual([
@@ -135,13 +145,18 @@ it('hop-by-hop headers, cookies and the caller token stay here; the query goes a
 }, 30_000);
 
 it('upstream errors pass through with their status and body', async () => {
-  const s = await startGatewayServer({ standIn: { reply: () => ({ status: 400, message: 'the model refused this' }) } });
+  const s = await startGatewayServer({
+    standIn: { reply: () => ({ status: 400, message: 'the model refused this' }) },
+  });
   const token = await s.token({ tenant: 'acme' });
   const error = await s
     .openai(token)
     .chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'x' }] })
-    .catch((e: unknown) => e as { status: number; message: string; constructor: { name: string } });
+    .then(
+      () => undefined,
+      (e: unknown) => e as { status: number; message: string; constructor: { name: string } },
+    );
   expect(error).toMatchObject({ status: 400 });
-  expect(error.constructor.name).toBe('BadRequestError');
-  expect(error.message).toContain('the model refused this');
+  expect(error!.constructor.name).toBe('BadRequestError');
+  expect(error!.message).toContain('the model refused this');
 }, 30_000);

@@ -48,7 +48,8 @@ it('a Sluice agent and gateway callers on one limiter together never exceed it',
   expect(s.provider.inFlight).toBe(2);
   gate.releaseAll();
   await Promise.all(calls);
-  const ended = async () => (await s.call('GET', `/agents/runs/${run.body.id}`, undefined, token)).body.status;
+  const ended = async () =>
+    (await s.call('GET', `/agents/runs/${run.body.id}`, undefined, token)).body.status;
   await until(async () => (await ended()) === 'succeeded', 'the run ends');
   expect(s.provider.requests).toHaveLength(4);
   expect(s.provider.peakInFlight).toBe(2);
