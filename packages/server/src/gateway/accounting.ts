@@ -26,13 +26,17 @@ export class GatewayAccounting {
 
   /** A place under the tenant's cap; throws the 429 when it has none. */
   async takePlace(tenant: string): Promise<PlaceTaken & { ok: true }> {
-    const cap = this.limitsFor(tenant).activePerTenant;
-    const taken = await this.places.take(`gateway:${tenant}`, cap);
+    const limits = this.limitsFor(tenant);
+    const cap = limits.activePerTenant;
+    // `maxConcurrentAgentRuns: 0` closes the tenant: no run, and no gateway request either.
+    const taken = limits.defaultClosed
+      ? { ok: false as const, held: 0 }
+      : await this.places.take(`gateway:${tenant}`, cap);
     if (!taken.ok)
       throw new GatewayError(
         429,
         'rate_limit_exceeded',
-        `The tenant already has ${taken.held} gateway requests in flight; the limit is ${cap}`,
+        `The tenant already has ${taken.held} gateway requests in flight; the limit is ${limits.defaultClosed ? 0 : cap}`,
         { 'retry-after': '1' },
       );
     return taken;
