@@ -109,6 +109,34 @@ function drawRuns(runs) {
   );
 }
 
+function drawGateways(gateways) {
+  fill(
+    'gateways',
+    gateways.map((g) => {
+      const tr = document.createElement('tr');
+      tr.dataset.tenant = g.tenant;
+      tr.dataset.gateway = g.gateway;
+      const s = g.statuses || {};
+      const other = Object.entries(s)
+        .filter(([k]) => k !== '2xx' && k !== '429')
+        .reduce((n, [, v]) => n + v, 0);
+      tr.append(
+        cell(g.tenant),
+        cell(g.gateway),
+        numberCell(g.requests, 'requests'),
+        numberCell(g.open, 'open'),
+        numberCell(s['2xx'] || 0, '2xx'),
+        numberCell(s['429'] || 0, '429'),
+        numberCell(other, 'errors'),
+        numberCell(g.inputTokens, 'inputTokens'),
+        numberCell(g.outputTokens, 'outputTokens'),
+      );
+      return tr;
+    }),
+    'gateways-empty',
+  );
+}
+
 function drawRefusals(refusals) {
   fill(
     'refusals',
@@ -166,6 +194,7 @@ async function poll(token, mine) {
     drawLimiters(overview.limiters);
     drawCapacity(overview.capacity || []);
     drawRuns(overview.runs);
+    drawGateways(overview.gateways || []);
     drawRefusals(overview.refusals);
     $('status').textContent = `updated ${new Date(overview.at).toLocaleTimeString()}`;
     document.body.dataset.updatedAt = overview.at;

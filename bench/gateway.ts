@@ -1,0 +1,181 @@
+/**
+ * The provider gateway's cost: the official `openai` client, 64 calls at once, against the
+ * stand-in directly and through the gateway, non-streamed and streamed, in one run. The
+ * stand-in and the server each run in a process of their own (as in production, the gateway's
+ * work is not on the client's or the provider's event loop). Direct and gateway rounds take
+ * turns, so a shared machine's changes in load fall on both sides alike.
+ *
+ * Figures: added latency p50 and p99 (gateway minus direct, ms), requests per second through
+ * the gateway as a fraction of direct, and the time added per streamed chunk (the streamed
+ * added p50 less the non-streamed one, over the chunks of a stream, in µs).
+ *
+ * Run: npm run bench:gateway   (-- --quick: the smallest setting). The last line of output is
+ * one line of JSON.
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { loadavg } from 'node:os';
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+
+const quick = process.argv.includes('--quick');
+const CONCURRENCY = quick ? 8 : 64;
+const ROUNDS = quick ? 2 : 6;
+const PER_ROUND = quick ? 8 : 1_280;
+const WARMUP = quick ? 4 : 512;
+const CHUNKS = 32;
+
+type Mode = 'direct' | 'gateway';
+type Kind = 'json' | 'stream';
+interface Sample {
+  latencies: number[];
+  ms: number;
+  requests: number;
+}
+
+function start(
+  file: string,
+  env: Record<string, string>,
+): Promise<{ child: ChildProcess; ready: Record<string, string> }> {
+  const child = fork(fileURLToPath(new URL(file, import.meta.url)), [], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  return new Promise((resolve, reject) => {
+    child.once('message', (ready: Record<string, string>) => resolve({ child, ready }));
+    child.once('exit', (code) => reject(new Error(`${file} exited with ${code} before it was ready`)));
+  });
+}
+
+async function stop(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null) return;
+  const exited = once(child, 'exit');
+  child.send({ type: 'stop' });
+  await exited;
+}
+
+async function call(client: OpenAI, kind: Kind): Promise<void> {
+  const messages = [{ role: 'user' as const, content: 'How long is a piece of string?' }];
+  if (kind === 'json') {
+    const answer = await client.chat.completions.create({ model: 'm', messages });
+    if (answer.choices[0]?.message.content?.length !== 16 * CHUNKS) throw new Error('a wrong answer');
+    return;
+  }
+  let chars = 0;
+  for await (const chunk of await client.chat.completions.create({ model: 'm', messages, stream: true }))
+    chars += chunk.choices[0]?.delta.content?.length ?? 0;
+  if (chars !== 16 * CHUNKS) throw new Error('a wrong stream');
+}
+
+/** `total` calls, `CONCURRENCY` at a time; each call's latency. */
+async function load(client: OpenAI, kind: Kind, total: number): Promise<Sample> {
+  const latencies: number[] = [];
+  let next = 0;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (next < total) {
+        next++;
+        const t = performance.now();
+        await call(client, kind);
+        latencies.push(performance.now() - t);
+      }
+    }),
+  );
+  return { latencies, ms: performance.now() - started, requests: total };
+}
+
+const quantile = (values: number[], q: number) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
+};
+const round = (n: number, digits = 3) => Number(n.toFixed(digits));
+
+async function main(): Promise<void> {
+  const provider = await start('./gateway/stand-in.ts', { CHUNKS: String(CHUNKS) });
+  const server = await start('./gateway/server.ts', { UPSTREAM: provider.ready.url! });
+  try {
+    const clients: Record<Mode, OpenAI> = {
+      direct: new OpenAI({ apiKey: 'sk-bench-upstream', baseURL: provider.ready.url, maxRetries: 0 }),
+      gateway: new OpenAI({
+        apiKey: server.ready.token!,
+        baseURL: `${server.ready.url}/api/client/v1/gateway/openai`,
+        maxRetries: 0,
+      }),
+    };
+    const samples: Record<`${Mode}_${Kind}`, Sample[]> = {
+      direct_json: [],
+      gateway_json: [],
+      direct_stream: [],
+      gateway_stream: [],
+    };
+    for (const kind of ['json', 'stream'] as const)
+      for (const mode of ['direct', 'gateway'] as const) await load(clients[mode], kind, WARMUP);
+    for (let r = 0; r < ROUNDS; r++)
+      for (const kind of ['json', 'stream'] as const)
+        for (const mode of r % 2 === 0 ? (['direct', 'gateway'] as const) : (['gateway', 'direct'] as const))
+          samples[`${mode}_${kind}`].push(await load(clients[mode], kind, PER_ROUND));
+
+    const figures = (key: keyof typeof samples) => {
+      const all = samples[key];
+      const latencies = all.flatMap((s) => s.latencies);
+      const requests = all.reduce((n, s) => n + s.requests, 0);
+      const ms = all.reduce((n, s) => n + s.ms, 0);
+      return { p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99), rps: (requests * 1000) / ms };
+    };
+    const f = {
+      direct_json: figures('direct_json'),
+      gateway_json: figures('gateway_json'),
+      direct_stream: figures('direct_stream'),
+      gateway_stream: figures('gateway_stream'),
+    };
+    console.log(
+      `openai client, ${CONCURRENCY} calls at once, ${ROUNDS} rounds of ${PER_ROUND} per side and kind; a stream has ${CHUNKS} chunks`,
+    );
+    console.log('                    p50 ms   p99 ms   requests/s');
+    for (const [name, v] of Object.entries(f))
+      console.log(
+        `${name.padEnd(18)} ${v.p50.toFixed(2).padStart(7)}  ${v.p99.toFixed(2).padStart(7)}  ${v.rps.toFixed(0).padStart(10)}`,
+      );
+    const added = {
+      json_p50: f.gateway_json.p50 - f.direct_json.p50,
+      json_p99: f.gateway_json.p99 - f.direct_json.p99,
+      stream_p50: f.gateway_stream.p50 - f.direct_stream.p50,
+      stream_p99: f.gateway_stream.p99 - f.direct_stream.p99,
+    };
+    const throughput = {
+      json: f.gateway_json.rps / f.direct_json.rps,
+      stream: f.gateway_stream.rps / f.direct_stream.rps,
+    };
+    const perChunkUs = (Math.max(0, added.stream_p50 - added.json_p50) * 1000) / CHUNKS;
+    console.log(
+      `added p50 ${added.json_p50.toFixed(2)} ms (stream ${added.stream_p50.toFixed(2)}), added p99 ${added.json_p99.toFixed(2)} ms ` +
+        `(stream ${added.stream_p99.toFixed(2)}); throughput vs direct ${throughput.json.toFixed(2)} (stream ${throughput.stream.toFixed(2)}); ` +
+        `per streamed chunk ${perChunkUs.toFixed(1)} µs added; load average ${loadavg()[0]!.toFixed(1)}`,
+    );
+    console.log(
+      JSON.stringify({
+        bench: 'gateway',
+        added_p50_ms: round(Math.max(added.json_p50, added.stream_p50)),
+        added_p99_ms: round(Math.max(added.json_p99, added.stream_p99)),
+        throughput_vs_direct: round(Math.min(throughput.json, throughput.stream)),
+        per_chunk_added_us: round(perChunkUs, 1),
+        json_added_p50_ms: round(added.json_p50),
+        json_added_p99_ms: round(added.json_p99),
+        stream_added_p50_ms: round(added.stream_p50),
+        stream_added_p99_ms: round(added.stream_p99),
+        json_throughput_vs_direct: round(throughput.json),
+        stream_throughput_vs_direct: round(throughput.stream),
+        concurrency: CONCURRENCY,
+        requests_per_side: ROUNDS * PER_ROUND,
+        chunks_per_stream: CHUNKS,
+        load_average: round(loadavg()[0]!, 1),
+      }),
+    );
+  } finally {
+    await Promise.all([stop(server.child), stop(provider.child)]);
+  }
+}
+
+await main();
