@@ -40,11 +40,25 @@ export type {
   RunResult,
   RunUsage,
 } from './agent/agent.js';
-export type { PausedState, PendingToolCall, ToolDecision } from './agent/approvals.js';
+export type {
+  AnswerDecision,
+  ApprovalDecision,
+  PausedState,
+  PendingToolCall,
+  ToolDecision,
+} from './agent/approvals.js';
+export { askHuman } from './agent/questions.js';
 export type { ChatMessage } from './agent/conversation.js';
 export type { ToolEvent } from './agent/run-events.js';
 export { RepairLimitError, RunTimeoutError } from './agent/errors.js';
 export type { CompactionOptions, RetryOptions, RunBounds } from './agent/options.js';
 export { tool } from './agent/tool.js';
-export type { Tool, ToolContext, ToolDefinition, JsonSchema } from './agent/tool.js';
+export type {
+  AskToolDefinition,
+  ExecutedToolDefinition,
+  Tool,
+  ToolContext,
+  ToolDefinition,
+  JsonSchema,
+} from './agent/tool.js';
 export type { Credential, ModelSpec } from './models/model.js';

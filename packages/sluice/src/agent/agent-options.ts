@@ -91,12 +91,12 @@ export interface RunOptions<W extends string> {
 }
 
 /**
- * Continues a run that paused for approvals. It gets the agent's tools and bounds as any run
+ * Continues a run that paused for approvals or questions. It gets the agent's tools and bounds as any run
  * does, and a time budget of its own (`timeoutMs` starts again: the pause is not counted).
  */
 export interface ResumeOptions<W extends string> extends Omit<RunOptions<W>, 'prompt'> {
   /** The paused run's `state`, as it came (or as JSON that was stored and read back). */
   paused: PausedState;
-  /** One decision for each pending call, no more. */
+  /** One decision for each pending call (`{ toolCallId, answer }` for a question), no more. */
   decisions: readonly ToolDecision[];
 }

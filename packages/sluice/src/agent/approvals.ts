@@ -7,24 +7,43 @@ import {
   type ToolResultMessage,
 } from '@mariozechner/pi-ai';
 import { fail } from './options.js';
+import { answeredResult, questionOf } from './questions.js';
 import type { Tool } from './tool.js';
 
-/** A tool call the model made that waits for a person's decision before it runs. */
+/**
+ * A tool call the model made that waits for a person: for a decision before it runs (a tool
+ * with `needsApproval`), or for an answer that becomes its result (a tool with `ask: true`).
+ */
 export interface PendingToolCall {
   /** The call's id, as the model gave it; a decision names it. */
   readonly id: string;
   readonly name: string;
   /** The arguments as the model sent them. */
   readonly arguments: Record<string, unknown>;
+  /** `'question'` for a call of an ask tool; absent for a call waiting for approval. */
+  readonly kind?: 'question';
+  /** For a question: what the person is asked. */
+  readonly question?: string;
 }
 
-/** A person's answer to one pending call. */
-export interface ToolDecision {
+/** A person's decision on a call waiting for approval. */
+export interface ApprovalDecision {
   toolCallId: string;
   approved: boolean;
   /** Why it was declined (or approved); a declined call's result tells the model. */
   reason?: string;
 }
+
+/** A person's answer to a question: the call's result, as the model will read it. */
+export interface AnswerDecision {
+  toolCallId: string;
+  answer: string;
+}
+
+/** A person's answer to one pending call: a decision for an approval, an answer for a question. */
+export type ToolDecision = ApprovalDecision | AnswerDecision;
+
+export const isQuestion = (call: PendingToolCall): boolean => call.kind === 'question';
 
 /**
  * What a paused run needs to go on, as plain JSON: store it anywhere and give it back to
@@ -42,10 +61,11 @@ export interface PausedState {
 }
 
 /**
- * Finds, in each answer of the model, the calls that need a decision, before the loop runs any
- * tool of that turn. A call whose arguments fail the tool's schema is left to the loop (it
- * becomes an error result and a repair), and a `needsApproval` that throws counts as "yes":
- * a broken check must not let a guarded call through.
+ * Finds, in each answer of the model, the calls that wait for a person (those needing approval,
+ * and every call of an ask tool), before the loop runs any tool of that turn. A call whose
+ * arguments fail the tool's schema is left to the loop (it becomes an error result and a
+ * repair), and a `needsApproval` that throws counts as "yes": a broken check must not let a
+ * guarded call through.
  */
 export class ApprovalGate {
   readonly #tools: Map<string, Tool<never>>;
@@ -67,13 +87,25 @@ export class ApprovalGate {
     if (message.stopReason === 'error' || message.stopReason === 'aborted') return;
     for (const call of message.content) {
       if (call.type !== 'toolCall') continue;
-      const needs = this.#tools.get(call.name)?.needsApproval;
+      const own = this.#tools.get(call.name);
+      const needs = own?.needsApproval;
       const agentTool = this.#agentTools.get(call.name);
-      if (needs === undefined || needs === false || !agentTool) continue;
+      if (!agentTool || (own?.ask !== true && (needs === undefined || needs === false))) continue;
       let args: unknown;
       try {
         args = validateToolArguments(agentTool, call);
       } catch {
+        continue;
+      }
+      if (own?.ask === true) {
+        const question = questionOf(args as Record<string, unknown>);
+        this.pending.push({
+          id: call.id,
+          name: call.name,
+          arguments: call.arguments,
+          kind: 'question',
+          question,
+        });
         continue;
       }
       let asks = true;
@@ -122,8 +154,9 @@ export function checkPausedState(value: unknown): PausedState {
 }
 
 /**
- * Checks the decisions against the pending calls: each pending call answered exactly once,
- * and nothing else answered. Errors name the field (`decisions[2].toolCallId`).
+ * Checks the decisions against the pending calls: each pending call answered exactly once
+ * (an approval with `approved`, a question with a string `answer`), and nothing else
+ * answered. Errors name the field (`decisions[2].toolCallId`).
  */
 export function checkDecisions(
   pending: readonly PendingToolCall[],
@@ -136,12 +169,16 @@ export function checkDecisions(
   decisions.forEach((d: unknown, i) => {
     const at = `${field}[${i}]`;
     if (typeof d !== 'object' || d === null || Array.isArray(d)) fail(at, 'a decision', d);
-    const { toolCallId, approved, reason } = d as Record<string, unknown>;
+    const { toolCallId, approved, reason, answer } = d as Record<string, unknown>;
     if (typeof toolCallId !== 'string' || !ids.includes(toolCallId))
       fail(`${at}.toolCallId`, `one of the pending calls (${ids.join(', ')})`, toolCallId);
     if (answered.has(toolCallId)) fail(`${at}.toolCallId`, 'a call not answered before', toolCallId);
-    if (typeof approved !== 'boolean') fail(`${at}.approved`, 'true or false', approved);
-    if (reason !== undefined && typeof reason !== 'string') fail(`${at}.reason`, 'a string', reason);
+    if (isQuestion(pending.find((p) => p.id === toolCallId)!)) {
+      if (typeof answer !== 'string') fail(`${at}.answer`, 'the answer, a string', answer);
+    } else {
+      if (typeof approved !== 'boolean') fail(`${at}.approved`, 'true or false', approved);
+      if (reason !== undefined && typeof reason !== 'string') fail(`${at}.reason`, 'a string', reason);
+    }
     answered.set(toolCallId, d as ToolDecision);
   });
   const missing = ids.filter((id) => !answered.has(id));
@@ -175,7 +212,9 @@ export function toolCallOf(call: PendingToolCall): ToolCall {
 /**
  * The results of the pending calls once decided: an approved call runs as the loop would run
  * it (its schema checked again, the run's tool bounds applied), a declined one gets a result
- * that says so. Approved calls run at once, as a turn's calls do; results keep the calls' order.
+ * that says so, and an answered question has the answer as its result (heard as a call that
+ * started and completed). Approved calls run at once, as a turn's calls do; results keep the
+ * calls' order.
  */
 export async function decidedResults(
   pending: readonly PendingToolCall[],
@@ -186,8 +225,11 @@ export async function decidedResults(
 ): Promise<ToolResultMessage[]> {
   return Promise.all(
     pending.map(async (call): Promise<ToolResultMessage> => {
+      // checkDecisions gave each call the decision of its kind.
       const decision = decisions.get(call.id)!;
-      if (!decision.approved) return declinedResult(call, decision.reason, now());
+      if (isQuestion(call)) return answered(call, (decision as AnswerDecision).answer, forward, now);
+      const { approved, reason } = decision as ApprovalDecision;
+      if (!approved) return declinedResult(call, reason, now());
       forward({
         type: 'tool_execution_start',
         toolCallId: call.id,
@@ -222,4 +264,22 @@ export async function decidedResults(
       };
     }),
   );
+}
+
+function answered(
+  call: PendingToolCall,
+  answer: string,
+  forward: (event: AgentEvent) => void,
+  now: () => number,
+): ToolResultMessage {
+  forward({ type: 'tool_execution_start', toolCallId: call.id, toolName: call.name, args: call.arguments });
+  const result = answeredResult(call, answer, now());
+  forward({
+    type: 'tool_execution_end',
+    toolCallId: call.id,
+    toolName: call.name,
+    result: { content: result.content, details: undefined },
+    isError: false,
+  });
+  return result;
 }

@@ -34,9 +34,11 @@ export interface CompletedRun<T = unknown> extends RunOutcome {
 }
 
 /**
- * A run that stopped because the model called tools marked `needsApproval`. It holds nothing
- * (no slot, no timer): give `state` and the decisions to `agent.resume()`. The calls of the
- * same turn that needed no approval have run already; their results are in `messages`.
+ * A run that stopped because the model called tools marked `needsApproval`, or tools with
+ * `ask: true` (questions, `kind: 'question'` among the pending calls). It holds nothing (no
+ * slot, no timer): give `state` and a decision for each pending call (an answer for each
+ * question) to `agent.resume()`. The calls of the same turn that needed no person have run
+ * already; their results are in `messages`.
  */
 export interface PausedRun extends RunOutcome {
   status: 'requires_action';

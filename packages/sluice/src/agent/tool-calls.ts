@@ -38,7 +38,7 @@ export function toAgentTools(
     execute: (toolCallId, params, signal) =>
       semaphore.run(async () => {
         if (isPending(toolCallId))
-          return { content: toolResultContent('awaiting approval'), details: undefined };
+          return { content: toolResultContent('awaiting a person'), details: undefined };
         const result = await scope.trace.toolCall(
           t.name,
           toolCallId,
@@ -78,7 +78,12 @@ function callTool(
     stop.signal.addEventListener('abort', onAbort, { once: true });
     const context: ToolContext = { signal: stop.signal, runId: scope.runId, toolCallId: call.toolCallId };
     Promise.resolve()
-      .then(() => (t.execute as (args: unknown, context: ToolContext) => unknown)(params, context))
+      .then(() => {
+        // An ask tool's calls all wait for a person (see ApprovalGate): none gets here unless
+        // the gate let it by, and then there is nothing to run.
+        if (!t.execute) throw new Error(`Tool ${t.name} is answered by a person; it cannot run`);
+        return (t.execute as (args: unknown, context: ToolContext) => unknown)(params, context);
+      })
       .then(
         (value) => {
           settle();

@@ -22,11 +22,15 @@ export interface StandardSchemaLike<Output> {
  */
 export type ApprovalCheck<Args> = { check(args: Args): boolean | Promise<boolean> }['check'];
 
-export interface ToolDefinition<Args = Record<string, unknown>> {
+interface ToolBase<Args> {
   name: string;
   description: string;
   /** JSON Schema of the arguments (TypeBox schemas work as they are), or a zod schema. */
   parameters: JsonSchema | StandardSchemaLike<Args>;
+}
+
+/** A tool the runtime runs. */
+export interface ExecutedToolDefinition<Args = Record<string, unknown>> extends ToolBase<Args> {
   /**
    * Runs the tool. Returns a string, or any JSON value, which the model sees as the result.
    * Throwing gives the model an error result. Calling another agent's `run()` here starts a
@@ -40,13 +44,29 @@ export interface ToolDefinition<Args = Record<string, unknown>> {
    * they are approved or declined. A check that throws counts as `true`. @default false
    */
   needsApproval?: boolean | ApprovalCheck<Args>;
+  ask?: false;
 }
 
-export interface Tool<Args = Record<string, unknown>> extends ToolDefinition<Args> {
+/**
+ * A tool a person answers: the model's call is the question (its `question` argument when it
+ * has a string one, else its arguments as JSON). A run whose model calls it ends with `status:
+ * 'requires_action'`, the call pending as a question, and `agent.resume()` goes on with the
+ * person's answer as the call's result. It has no `execute`.
+ */
+export interface AskToolDefinition<Args = Record<string, unknown>> extends ToolBase<Args> {
+  ask: true;
+  execute?: never;
+  needsApproval?: never;
+}
+
+export type ToolDefinition<Args = Record<string, unknown>> =
+  ExecutedToolDefinition<Args> | AskToolDefinition<Args>;
+
+export type Tool<Args = Record<string, unknown>> = ToolDefinition<Args> & {
   readonly kind: 'sluice-tool';
   /** The arguments' schema as JSON Schema, whatever form it was given in. */
   readonly jsonSchema: JsonSchema;
-}
+};
 
 const require = createRequire(import.meta.url);
 
@@ -89,6 +109,35 @@ export function tool<Args = Record<string, unknown>>(definition: ToolDefinition<
   if (typeof definition.parameters !== 'object' || definition.parameters === null) {
     throw new TypeError(`Expected \`tool.parameters\` of \`${definition.name}\` to be a JSON Schema object`);
   }
+  if (definition.ask !== undefined && typeof definition.ask !== 'boolean') {
+    throw new TypeError(
+      `Expected \`tool.ask\` of \`${definition.name}\` to be true or false, got \`${String(definition.ask)}\``,
+    );
+  }
+  if (definition.ask === true) checkAskTool(definition);
+  else checkExecutedTool(definition);
+  return {
+    ...definition,
+    kind: 'sluice-tool',
+    jsonSchema: toJsonSchema(definition.name, definition.parameters),
+  };
+}
+
+/** A person answers an ask tool: running it or guarding it with an approval means nothing. */
+function checkAskTool(definition: AskToolDefinition<unknown>): void {
+  if (definition.execute !== undefined) {
+    throw new TypeError(
+      `Expected \`tool.execute\` of \`${definition.name}\` to be absent: a tool with \`ask: true\` is answered by a person`,
+    );
+  }
+  if (definition.needsApproval !== undefined) {
+    throw new TypeError(
+      `Expected \`tool.needsApproval\` of \`${definition.name}\` to be absent: a tool with \`ask: true\` waits for a person already`,
+    );
+  }
+}
+
+function checkExecutedTool(definition: ExecutedToolDefinition<unknown>): void {
   const { needsApproval } = definition;
   if (
     needsApproval !== undefined &&
@@ -100,11 +149,8 @@ export function tool<Args = Record<string, unknown>>(definition: ToolDefinition<
     );
   }
   if (typeof definition.execute !== 'function') {
-    throw new TypeError(`Expected \`tool.execute\` of \`${definition.name}\` to be a function`);
+    throw new TypeError(
+      `Expected \`tool.execute\` of \`${definition.name}\` to be a function (or \`ask: true\` for a tool a person answers)`,
+    );
   }
-  return {
-    ...definition,
-    kind: 'sluice-tool',
-    jsonSchema: toJsonSchema(definition.name, definition.parameters),
-  };
 }
