@@ -1,4 +1,5 @@
 import type { ApiRun } from '../runs/store.js';
+import { interruptsOf } from './interrupts.js';
 import type { ToolEvent } from 'sluice';
 import type { RunStreamEvent } from '../routes/stream-run.js';
 
@@ -6,8 +7,9 @@ import type { RunStreamEvent } from '../routes/stream-run.js';
  * A run's stream events as AG-UI events: `RUN_STARTED` first; the answer's text as one
  * assistant message per stretch of text (`TEXT_MESSAGE_START`, `_CONTENT`, `_END`), closed when
  * a tool call begins; each server tool call as `TOOL_CALL_START`, `TOOL_CALL_ARGS` (its arguments
- * as JSON), `TOOL_CALL_END`, then `TOOL_CALL_RESULT` (the result's text, cut short); then `RUN_FINISHED`, or
- * `RUN_ERROR` for a run that failed or was canceled.
+ * as JSON), `TOOL_CALL_END`, then `TOOL_CALL_RESULT` (the result's text, cut short); then `RUN_FINISHED`
+ * (with AG-UI's interrupt outcome for a run that paused for a person), or `RUN_ERROR` for a run
+ * that failed or was canceled.
  */
 export class AgUiEvents {
   readonly #threadId: string;
@@ -84,6 +86,16 @@ export class AgUiEvents {
         threadId: this.#threadId,
         runId: this.#runId,
         result: { run_id: run.id },
+      });
+      return;
+    }
+    if (event === 'run.requires_action' && run.required_action) {
+      this.#emit({
+        type: 'RUN_FINISHED',
+        threadId: this.#threadId,
+        runId: this.#runId,
+        result: { run_id: run.id, required_action: run.required_action },
+        outcome: { type: 'interrupt', interrupts: interruptsOf(run.id, run.required_action) },
       });
       return;
     }

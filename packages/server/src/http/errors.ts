@@ -178,7 +178,7 @@ export function runRefusalError(refusal: RunRefusal): HttpError {
       return new HttpError(
         409,
         type,
-        `Thread ${refusal.threadId} waits for approvals on run ${refusal.runId}: resume that run, or send \`on_busy: "cancel"\` to cancel it`,
+        `Thread ${refusal.threadId} waits for a person (approvals or answers) on run ${refusal.runId}: resume that run, or send \`on_busy: "cancel"\` to cancel it`,
         { thread_id: refusal.threadId, active_run_id: refusal.runId },
       );
     case 'thread_forbidden': {

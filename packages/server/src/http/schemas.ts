@@ -163,6 +163,31 @@ export const runParams = {
   properties: { id: { type: 'string', maxLength: 500 } },
 } as const;
 
+/**
+ * `POST /agents/runs/:id/resume`. The items are described rather than constrained here: the
+ * route checks them against the run's pending calls and names a bad one as `answers[1].text`.
+ */
+export const resumeRunBody = {
+  type: 'object',
+  properties: {
+    approvals: {
+      description:
+        'For a run whose `required_action.type` is `approve_tool_calls`: one `{ tool_call_id, approved, reason? }` for each of its `tool_calls` (`tool_call_id` is the call\'s `id`; `approved: false` gives the model a result saying it was declined; `reason`, at most 4,000 characters, goes with it).',
+      type: 'array',
+      items: { description: '`{ tool_call_id: string, approved: boolean, reason?: string }`' },
+    },
+    answers: {
+      description:
+        'For a run whose `required_action.type` is `answer_question`: `{ tool_call_id, text }` for some or all of its `questions`; `text` (non-blank, at most 32,000 characters) is the call\'s result. The run goes on once every question is answered, and until then waits on the rest.',
+      type: 'array',
+      items: { description: '`{ tool_call_id: string, text: string }`' },
+    },
+    wait: {
+      description: 'Hold the request until the run ends or pauses again (default: true for the default class).',
+    },
+  },
+} as const;
+
 export const listRunsQuery = {
   type: 'object',
   properties: {

@@ -25,8 +25,11 @@ export function responseStatus(run: RunRow): ResponseStatus {
     case 'queued':
       return 'queued';
     case 'running':
-    case 'requires_action':
       return 'in_progress';
+    // Paused for a person: it will not go on by itself, so it is not in progress. It goes on
+    // (queued, then in progress) once resumed through the runs API.
+    case 'requires_action':
+      return 'incomplete';
     case 'succeeded':
       return 'completed';
     case 'canceled':
@@ -72,6 +75,13 @@ export function outputMessage(runId: string, text: string, status: 'in_progress'
   };
 }
 
+/** Why a response is incomplete: the run's cut-short failure, or `requires_action` while it waits for a person. */
+function incompleteDetails(run: RunRow, status: ResponseStatus): { reason: string } | null {
+  if (status !== 'incomplete') return null;
+  if (run.status === 'requires_action') return { reason: 'requires_action' };
+  return run.error ? { reason: run.error.type } : null;
+}
+
 export function toResponse(run: RunRow) {
   const asked = (run.api_request ?? {}) as Partial<ResponseRequest>;
   const status = responseStatus(run);
@@ -88,7 +98,9 @@ export function toResponse(run: RunRow) {
       status === 'failed' && run.error
         ? { code: 'server_error', message: `${run.error.type}: ${run.error.message}` }
         : null,
-    incomplete_details: status === 'incomplete' && run.error ? { reason: run.error.type } : null,
+    incomplete_details: incompleteDetails(run, status),
+    // What the person is asked, as the runs API shows it (the Responses API has no field of its own for it).
+    ...(run.status === 'requires_action' && run.required_action ? { required_action: run.required_action } : {}),
     instructions: asked.instructions ?? null,
     metadata: (run.metadata as Record<string, unknown> | null) ?? {},
     model: asked.model ?? `agent:${run.agent}`,

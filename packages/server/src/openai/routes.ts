@@ -5,7 +5,7 @@ import { clientGone } from '../http/client-gone.js';
 import { HttpError, badRequest, notFound, shown } from '../http/errors.js';
 import { checkInput } from '../http/limits.js';
 import { CANCEL_CONFIRM_MS, cancelRun, mayCancel } from '../runs/cancel.js';
-import { isFinal } from '../runs/lifecycle.js';
+import { isFinal, isSettled } from '../runs/lifecycle.js';
 import { getRun, type RunRow } from '../runs/store.js';
 import {
   submitAndWait,
@@ -17,6 +17,7 @@ import {
 import type { RouteContext } from '../routes/context.js';
 import { threadOfChain } from './chains.js';
 import { agentOfModel, chatInput, responsesInput, type RunMessage } from './input.js';
+import { requiresAction } from './paused.js';
 import { toChatCompletion, toResponse, type ResponseRequest } from './render.js';
 import { createChatBody, createResponseBody, responseParams } from './schemas.js';
 import { streamChat, streamResponse } from './streams.js';
@@ -104,7 +105,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
       if (background) return toResponse(await submitQueued(ctx, who, submission));
       if (flex) {
         const { run } = await submitAndWait(ctx, who, submission, { signal, windowMs });
-        return reply.status(isFinal(run.status) ? 200 : 202).send(toResponse(run));
+        return reply.status(isSettled(run.status) ? 200 : 202).send(toResponse(run));
       }
       if (body.stream) {
         const { done } = await submitHeld(ctx, who, submission, {
@@ -116,7 +117,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
         return reply;
       }
       const { run: final } = await submitInline(ctx, who, submission, { signal, windowMs });
-      return reply.status(isFinal(final.status) ? 200 : 202).send(toResponse(final));
+      return reply.status(isSettled(final.status) ? 200 : 202).send(toResponse(final));
     },
   );
 
@@ -211,6 +212,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
         final = (await submitInline(ctx, who, submission, { signal, windowMs })).run;
       }
       if (final.status === 'succeeded') return toChatCompletion(final, body.model);
+      if (final.status === 'requires_action') throw requiresAction(final);
       if (!isFinal(final.status)) return reply.status(202).send(toChatCompletion(final, body.model));
       // The run ran: sending the same messages again is a new run, not a retry of a lost
       // request, so the client is told not to retry on its own (it obeys x-should-retry).
@@ -236,3 +238,4 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
     },
   );
 }
+

@@ -4,6 +4,7 @@ import type { Executor } from '../runs/executor.js';
 import { getRun, type RunRow } from '../runs/store.js';
 import { EventStream } from '../routes/stream-run.js';
 import { messageIdOf, outputMessage, toChatCompletion, toResponse } from './render.js';
+import { requiresAction } from './paused.js';
 
 /** Runs executed here and streamed in the OpenAI APIs' own event shapes. */
 
@@ -118,6 +119,8 @@ export async function streamChat(
     chunk([{ index: 0, delta: {}, finish_reason: 'stop', logprobs: null }]);
     if (options.includeUsage) chunk([], { usage: toChatCompletion(current, options.model).usage });
     stream.data('[DONE]');
+  } else if (current.status === 'requires_action') {
+    stream.data({ error: requiresAction(current).body().error });
   } else {
     stream.data({
       error: {

@@ -4,6 +4,7 @@ import type { Principal } from '../store/tokens.js';
 import { tuning } from '../tuning.js';
 import type { HighestCounts } from './caps.js';
 import { toJsonb } from './json.js';
+import { requiredActionOf, type Decision, type RequiredAction } from './required-action.js';
 import { inOrder, runDocuments } from './run-documents.js';
 import { cancelableAtOnce, sqlList, type FailureType, type FinalStatus, type RunStatus } from './states.js';
 import { full, type NewRun, type RunRow } from './store.js';
@@ -22,6 +23,7 @@ export * from './states.js';
  *   scheduled ──promoteDueDeferred, queueScheduled──▶ queued ──startRun──▶ running
  *   running ──finishRun──▶ succeeded | failed (agent_error, timeout, max_duration_exceeded) | canceled
  *   running ──pauseRun──▶ requires_action ──resumeRun──▶ queued  (keeps its place and its thread)
+ *   requires_action ──recordDecisions──▶ requires_action  (the next stage: approvals, then questions)
  *   scheduled | queued | requires_action ──cancelNotStarted──▶ canceled
  *   running ──requestCancel──▶ running, cancel asked ──its process: finishRun──▶ canceled
  *   queued (deferred, not resumed) | scheduled ──expireRuns──▶ failed (expired)
@@ -42,7 +44,8 @@ export * from './states.js';
  *                     the executor on the process running it (runs/executor.ts #persist);
  *                     fenced by `worker`, so a run declared lost meanwhile is left alone. A
  *                     pause that finds a cancel asked ends the run canceled instead.
- *   resumeRun         POST .../runs/:id/resume (routes/resume.ts); no cap refuses it
+ *   resumeRun, recordDecisions
+ *                     POST .../runs/:id/resume (routes/resume.ts); no cap refuses it
  *   cancelNotStarted, requestCancel
  *                     runs/cancel.ts cancelRun (the cancel endpoint, a held client leaving)
  *   expireRuns, failLostRuns
@@ -282,10 +285,7 @@ export async function pauseRun(
   worker: string,
   pause: Pause,
 ): Promise<RunRow | undefined> {
-  const requiredAction = {
-    type: 'approve_tool_calls',
-    tool_calls: pause.pending.map((c) => ({ id: c.id, name: c.name, arguments: c.arguments })),
-  };
+  const requiredAction = requiredActionOf(pause.pending, []);
   const paused = (
     await db.query<RunRow>(
       // A cancel asked for from another process that this one has not acted on yet wins: the
@@ -325,7 +325,7 @@ export async function resumeRun(
   db: Database,
   tenant: string,
   id: string,
-  approvals: readonly object[],
+  approvals: readonly Decision[],
   checked: RunRow['required_action'],
 ): Promise<RunRow | undefined> {
   return (
@@ -336,6 +336,30 @@ export async function resumeRun(
          AND required_action = $4::jsonb
        RETURNING ${full}`,
       [id, tenant, toJsonb(approvals), toJsonb(checked)],
+    )
+  ).rows[0];
+}
+
+/**
+ * Keeps a paused run waiting, at its next stage, with the decisions given so far (the same
+ * compare-and-set on the stage they were checked against as `resumeRun`). The run stays in
+ * requires_action: nothing runs until every pending call of the turn is decided.
+ */
+export async function recordDecisions(
+  db: Database,
+  tenant: string,
+  id: string,
+  decided: readonly Decision[],
+  checked: RunRow['required_action'],
+  next: RequiredAction,
+): Promise<RunRow | undefined> {
+  return (
+    await db.query<RunRow>(
+      `UPDATE agent_runs SET required_action = $4::jsonb, approvals = $3::jsonb
+       WHERE id = $1::text AND tenant = $2::text AND status = 'requires_action'
+         AND required_action = $5::jsonb
+       RETURNING ${full}`,
+      [id, tenant, toJsonb(decided), toJsonb(next), toJsonb(checked)],
     )
   ).rows[0];
 }

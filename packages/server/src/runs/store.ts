@@ -1,6 +1,7 @@
 import type { Database, SqlClient } from '@sluice/postgres/database';
 import { finalStatuses, sqlList, type RunClass, type RunStatus } from './states.js';
 import { randomId } from '../store/ids.js';
+import type { RequiredAction } from './required-action.js';
 
 /**
  * The run row and the statements that read runs: one run, a page, the admission counters, the
@@ -37,8 +38,8 @@ export interface RunRow {
   api_request: Record<string, unknown> | null;
   /** Microseconds since the epoch: the page cursor's first half. */
   created_us: string;
-  /** While paused: the calls waiting for a person (see runs/approvals.ts). */
-  required_action: { type: 'approve_tool_calls'; tool_calls: unknown[] } | null;
+  /** While paused: what the run waits for (see runs/required-action.ts). */
+  required_action: RequiredAction | null;
   /** Resumed after a pause and not finished: the executor continues it from its paused state. */
   resuming: boolean;
 }
