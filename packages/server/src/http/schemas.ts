@@ -172,18 +172,19 @@ export const resumeRunBody = {
   properties: {
     approvals: {
       description:
-        'For a run whose `required_action.type` is `approve_tool_calls`: one `{ tool_call_id, approved, reason? }` for each of its `tool_calls` (`tool_call_id` is the call\'s `id`; `approved: false` gives the model a result saying it was declined; `reason`, at most 4,000 characters, goes with it).',
+        "For a run whose `required_action.type` is `approve_tool_calls`: one `{ tool_call_id, approved, reason? }` for each of its `tool_calls` (`tool_call_id` is the call's `id`; `approved: false` gives the model a result saying it was declined; `reason`, at most 4,000 characters, goes with it).",
       type: 'array',
       items: { description: '`{ tool_call_id: string, approved: boolean, reason?: string }`' },
     },
     answers: {
       description:
-        'For a run whose `required_action.type` is `answer_question`: `{ tool_call_id, text }` for some or all of its `questions`; `text` (non-blank, at most 32,000 characters) is the call\'s result. The run goes on once every question is answered, and until then waits on the rest.',
+        "For a run whose `required_action.type` is `answer_question`: `{ tool_call_id, text }` for some or all of its `questions`; `text` (non-blank, at most 32,000 characters) is the call's result. The run goes on once every question is answered, and until then waits on the rest.",
       type: 'array',
       items: { description: '`{ tool_call_id: string, text: string }`' },
     },
     wait: {
-      description: 'Hold the request until the run ends or pauses again (default: true for the default class).',
+      description:
+        'Hold the request until the run ends or pauses again (default: true for the default class).',
     },
   },
 } as const;

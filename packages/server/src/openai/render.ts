@@ -100,7 +100,9 @@ export function toResponse(run: RunRow) {
         : null,
     incomplete_details: incompleteDetails(run, status),
     // What the person is asked, as the runs API shows it (the Responses API has no field of its own for it).
-    ...(run.status === 'requires_action' && run.required_action ? { required_action: run.required_action } : {}),
+    ...(run.status === 'requires_action' && run.required_action
+      ? { required_action: run.required_action }
+      : {}),
     instructions: asked.instructions ?? null,
     metadata: (run.metadata as Record<string, unknown> | null) ?? {},
     model: asked.model ?? `agent:${run.agent}`,

@@ -238,4 +238,3 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
     },
   );
 }
-

@@ -1,4 +1,3 @@
-import { storableText } from '../http/schemas.js';
 import { shown } from '../shown.js';
 import { invalidInput } from './refused.js';
 import type { Answer } from './required-action.js';
@@ -13,7 +12,9 @@ import type { RunRow } from './store.js';
 /** An answer is a tool result the model reads: a person's reply, not a document. */
 export const MAX_ANSWER_CHARS = 32_000;
 
-const storable = new RegExp(storableText, 'u');
+/** What PostgreSQL cannot keep in jsonb: U+0000, and a UTF-16 surrogate without its pair. */
+// eslint-disable-next-line no-control-regex -- U+0000 is the character looked for
+const unstorable = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 /** Checks `answers` against the run's open questions; a refusal (a 400) names the field. */
 export function checkAnswers(run: RunRow, answers: unknown): Answer[] {
@@ -38,9 +39,17 @@ export function checkAnswers(run: RunRow, answers: unknown): Answer[] {
       );
     }
     if (seen.has(id))
-      throw invalidInput(`\`${at}.tool_call_id\` answers \`${id}\` a second time; answer each question once`, `${at}.tool_call_id`);
+      throw invalidInput(
+        `\`${at}.tool_call_id\` answers \`${id}\` a second time; answer each question once`,
+        `${at}.tool_call_id`,
+      );
     seen.add(id);
-    if (typeof text !== 'string' || text.trim() === '' || text.length > MAX_ANSWER_CHARS || !storable.test(text)) {
+    if (
+      typeof text !== 'string' ||
+      text.trim() === '' ||
+      text.length > MAX_ANSWER_CHARS ||
+      unstorable.test(text)
+    ) {
       throw invalidInput(
         `Expected \`${at}.text\` to be the answer, a non-blank string of at most ${MAX_ANSWER_CHARS} characters with no U+0000, got \`${shown(text)}\``,
         `${at}.text`,

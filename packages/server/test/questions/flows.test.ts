@@ -105,7 +105,9 @@ describe('a question for a person over HTTP', () => {
       const r = await s.resume(paused.id, body);
       expect([r.status, r.body.error.code, r.body.error.param]).toEqual([400, 'invalid_request', param]);
     }
-    const big = await s.resume(paused.id, { answers: [{ tool_call_id: 'call_q', text: 'x'.repeat(32_001) }] });
+    const big = await s.resume(paused.id, {
+      answers: [{ tool_call_id: 'call_q', text: 'x'.repeat(32_001) }],
+    });
     expect(big.body.error).toMatchObject({ limit_value: 32_000 });
     expect(big.body.error.message).toContain('at most 32000 characters');
     // A `__proto__` key in the body is refused by the JSON parser itself.
@@ -156,7 +158,10 @@ describe('a question for a person over HTTP', () => {
     const twice = await s.resume(paused.id, { answers: [{ tool_call_id: 'call_m', text: 'June' }] });
     expect([twice.status, twice.body.error.param]).toEqual([400, 'answers[0].tool_call_id']);
     const done = await s.resume(paused.id, { answers: [{ tool_call_id: 'call_q', text: 'Oslo' }] });
-    expect(done.body).toMatchObject({ status: 'succeeded', output: { text: 'One moment. told: Oslo | May' } });
+    expect(done.body).toMatchObject({
+      status: 'succeeded',
+      output: { text: 'One moment. told: Oslo | May' },
+    });
     expect(s.asked.length).toBe(sent + 1);
   });
 

@@ -9,7 +9,10 @@ import {
   freshDatabase,
   lastUserText,
   ownStandIn,
-  standInModel, startTestServer, type TestServer } from '../helpers.js';
+  standInModel,
+  startTestServer,
+  type TestServer,
+} from '../helpers.js';
 
 type Call = { id: string; name: string; arguments: Record<string, unknown> };
 
