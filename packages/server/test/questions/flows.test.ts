@@ -1,12 +1,10 @@
-import { beforeAll, describe, expect, it } from 'vitest';
-import { until, type Body } from '../helpers.js';
+import { beforeAll, expect, it } from 'vitest';
+import { describeWith } from '../../../../scripts/service-suites.js';
+import { postgres, until, type Body } from '../helpers.js';
 import { startQuestionServer, type QuestionServer } from './harness.js';
 
 // One server (on PostgreSQL) for the file: every test makes runs of its own.
 let s: QuestionServer;
-beforeAll(async () => {
-  s = await startQuestionServer();
-});
 
 async function pause(input: string, extra: Record<string, unknown> = {}): Promise<Body> {
   const r = await s.call('POST', '/agents/concierge/runs', { input, ...extra });
@@ -16,7 +14,11 @@ async function pause(input: string, extra: Record<string, unknown> = {}): Promis
 
 const status = async (id: string) => (await s.call('GET', `/agents/runs/${id}`)).body.status as string;
 
-describe('a question for a person over HTTP', () => {
+describeWith({ PostgreSQL: postgres })('a question for a person over HTTP', () => {
+  beforeAll(async () => {
+    s = await startQuestionServer();
+  });
+
   it('askHuman pauses the run with the question, holding no slot; the answer is the result the model reads', async () => {
     const paused = await pause('ask me');
     expect(paused.required_action).toEqual({

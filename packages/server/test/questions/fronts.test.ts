@@ -2,22 +2,24 @@ import { HttpAgent } from '@ag-ui/client';
 import type { BaseEvent } from '@ag-ui/core';
 import { RunFinishedEventSchema } from '@ag-ui/core/schemas';
 import OpenAI from 'openai';
-import { beforeAll, describe, expect, it } from 'vitest';
-import { until, type Body } from '../helpers.js';
+import { beforeAll, expect, it } from 'vitest';
+import { describeWith } from '../../../../scripts/service-suites.js';
+import { postgres, until, type Body } from '../helpers.js';
 import { openStream } from '../held/sse.js';
 import { startQuestionServer, type QuestionServer } from './harness.js';
 
 // A paused run seen through every front: threads, the runs API stream, AG-UI, the OpenAI endpoints.
 let s: QuestionServer;
 let openai: OpenAI;
-beforeAll(async () => {
-  s = await startQuestionServer();
-  openai = new OpenAI({ baseURL: `${s.server.url}/api/client/v1`, apiKey: s.admin, maxRetries: 0 });
-});
 
 const answer = (id: string, text = 'Lisbon') => s.resume(id, { answers: [{ tool_call_id: 'call_q', text }] });
 
-describe('a paused question on each front', () => {
+describeWith({ PostgreSQL: postgres })('a paused question on each front', () => {
+  beforeAll(async () => {
+    s = await startQuestionServer();
+    openai = new OpenAI({ baseURL: `${s.server.url}/api/client/v1`, apiKey: s.admin, maxRetries: 0 });
+  });
+
   it('on a thread: the thread requires action, a new run is 409 thread_requires_action at once, and the answered run appends its messages', async () => {
     const thread = (await s.call('POST', '/threads', {})).body.id as string;
     const paused = (

@@ -1,9 +1,10 @@
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
+import { describeWith } from '../../../../scripts/service-suites.js';
 import { startProviderStandIn, type StandInRequest } from '@sluice/testkit';
-import { freshDatabase, ownStandIn } from '../helpers.js';
+import { freshDatabase, ownStandIn, postgres } from '../helpers.js';
 import { conciergeReply, startQuestionServer, type ToolLog } from './harness.js';
 
-describe('a paused question across a restart', () => {
+describeWith({ PostgreSQL: postgres })('a paused question across a restart', () => {
   it('a run waiting half-decided (approved, question open) is resumed by a new server on the same database and finishes with both results', async () => {
     const databaseUrl = await freshDatabase();
     const asked: StandInRequest[] = [];
