@@ -128,6 +128,10 @@ export class PostgresConcurrencyLimiter<W extends string = 'default'> implements
     return resolveWorkload(this.limits, workload).name;
   }
 
+  maxWaitMs(workload?: string): number | undefined {
+    return resolveWorkload(this.limits, workload).maxWaitMs;
+  }
+
   /** Creates or upgrades the tables if needed and stores or checks the limits. Runs once; acquire calls it. */
   ready(): Promise<void> {
     this.#ready ??= this.#track(this.#outage.watch(() => this.#prepare())).catch((error: unknown) => {

@@ -121,6 +121,10 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
     return resolveWorkload(this.limits, workload).name;
   }
 
+  maxWaitMs(workload?: string): number | undefined {
+    return resolveWorkload(this.limits, workload).maxWaitMs;
+  }
+
   acquire(request: AcquireRequest<W> = {}): Promise<ConcurrencyLease<W>> {
     const prepared = prepareAcquire(this.limits, request);
     if (!prepared.ok) return Promise.reject(prepared.error);

@@ -95,6 +95,11 @@ export interface ConcurrencyLimiter<W extends string = string> {
    * `ConcurrencyConfigError`. Lets callers check a workload before any request is sent.
    */
   validateWorkload?(workload?: string): W;
+  /**
+   * The longest a request of `workload` (or the default) may wait for a slot: its `maxWaitMs`,
+   * undefined for none. Lets the caller tell, before the wait starts, when it will end.
+   */
+  maxWaitMs?(workload?: string): number | undefined;
   /** Active and queued counts, in total and per workload. */
   stats?(): ConcurrencyStats<W> | Promise<ConcurrencyStats<W>>;
   /**

@@ -117,10 +117,7 @@ export async function acquireSlot<W extends string>(request: SlotRequest<W>): Pr
     emit({ type: 'timed-out', waitMs: 0 });
     throw failure;
   }
-  emit({
-    type: 'wait-started',
-    deadline: request.timeoutMs === undefined ? undefined : startedAt + request.timeoutMs,
-  });
+  emit({ type: 'wait-started', deadline: waitDeadline(limiter, workload, startedAt, request.timeoutMs) });
   const budgetEnded = (): ConcurrencyTimeoutError => {
     const waitMs = clock.now() - startedAt;
     emit({ type: 'timed-out', waitMs });
@@ -367,4 +364,24 @@ function toConcurrencyError(
     ...lineage,
     cause: error,
   });
+}
+
+/**
+ * When the wait will end at the latest: the run's budget or the workload's `maxWaitMs`,
+ * whichever comes first (a limiter that cannot say its `maxWaitMs` leaves only the budget).
+ */
+function waitDeadline(
+  limiter: ConcurrencyLimiter<string>,
+  workload: string,
+  startedAt: number,
+  budgetMs: number | undefined,
+): number | undefined {
+  let maxWaitMs: number | undefined;
+  try {
+    maxWaitMs = limiter.maxWaitMs?.(workload);
+  } catch {
+    // A workload it refuses is refused by acquire too, with the error the caller expects.
+  }
+  const bounds = [budgetMs, maxWaitMs].filter((ms): ms is number => ms !== undefined);
+  return bounds.length === 0 ? undefined : startedAt + Math.min(...bounds);
 }
