@@ -10,12 +10,16 @@
  * on every run. With start-time fair queuing (allocate.ts), B's request gets the virtual time
  * as its tag and is next once a slot frees: A's grants before it are the N already running.
  *
+ * Then the server's default-class run queue (./fairness/default-queue.ts): tenant A's claims
+ * before tenant B's one queued run, with 250 of A's queued.
+ *
  * Run: npm run bench:fairness
  */
 import pg from 'pg';
 import { createPostgresConcurrencyLimiter } from '@sluice/postgres';
 import { createConcurrencyLimiter, type ConcurrencyLimiter } from 'sluice/concurrency';
-import { endPool, serverOf } from '../scripts/postgres-config.js';
+import { endPool, serverOf, urlOf } from '../scripts/postgres-config.js';
+import { defaultQueue } from './fairness/default-queue.js';
 // @ts-expect-error plain ESM script without types
 import { ensurePostgres } from '../scripts/postgres.mjs';
 
@@ -115,6 +119,10 @@ for (const slots of slotCounts) {
 // The limiters are closed: end the pool and wait for its sockets to close before the drop.
 await endPool(pool);
 await admin.query('DROP DATABASE IF EXISTS sluice_bench_fairness WITH (FORCE)');
+await admin.query('DROP DATABASE IF EXISTS sluice_bench_fairness_queue WITH (FORCE)');
+await admin.query('CREATE DATABASE sluice_bench_fairness_queue');
+const queue = await defaultQueue(urlOf(server, 'sluice_bench_fairness_queue'));
+await admin.query('DROP DATABASE IF EXISTS sluice_bench_fairness_queue WITH (FORCE)');
 await admin.end();
 
 console.log(
@@ -135,6 +143,10 @@ const line = (row: string[]) => `| ${row.map((cell, i) => cell.padEnd(widths[i]!
 console.log(line(header));
 console.log(`|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`);
 for (const row of cells) console.log(line(row));
+console.log(
+  `\nServer, default-class queue: tenant A with ${queue.queued} runs queued (one more running), then B queues one: ` +
+    `A's claims before B's ${queue.claimsBeforeB} (arrival order: ${queue.queued + 1}); one claim ${queue.claimMs.toFixed(2)} ms`,
+);
 
 // The headline keys: one slot, the worst case across the two limiters.
 const one = rows.filter((r) => r.slots === 1);
@@ -150,6 +162,8 @@ console.log(
     memory_fair_grants_before_b: of('memory', 1).fair,
     postgres_fifo_grants_before_b: of('postgres', 1).fifo,
     postgres_fair_grants_before_b: of('postgres', 1).fair,
+    default_queue_claims_before_b: queue.claimsBeforeB,
+    default_queue_claim_ms: Number(queue.claimMs.toFixed(2)),
     fair_grants_before_b_by_slots: Object.fromEntries(
       slotCounts.map((s) => [s, Math.max(of('memory', s).fair, of('postgres', s).fair)]),
     ),

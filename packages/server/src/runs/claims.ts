@@ -2,6 +2,7 @@ import type { Database, SqlClient } from '@sluice/postgres/database';
 import { settingDefaults } from '../settings.js';
 import { lockThread, threadHeld, threadLeaseMs as leaseFor } from '../threads/store.js';
 import { hasRoom } from './caps.js';
+import { claimByTurn, currentTurn } from './claim-turns.js';
 import { startRun } from './lifecycle.js';
 import type { RunRow } from './store.js';
 
@@ -14,8 +15,9 @@ const defaultThreadLeaseMs = leaseFor(settingDefaults);
  * queued earlier) the run keeps its place and the claim moves on to the next one. A resumed
  * run holds its thread already: it kept it while paused.
  *
- * Queues are served in admission order: `seq`, compared as the number it is. (Selected as text
- * for the thread lock, it must not be what the query sorts by: '10' sorts before '2'.)
+ * Runs are taken in admission order (the default class: within each tenant, the tenants taking
+ * turns): `seq`, compared as the number it is. (Selected as text for the thread lock, it must
+ * not be what the query sorts by: '10' sorts before '2'.)
  */
 
 /** A queued run that may go now as far as its thread is concerned (none, or free for it). */
@@ -54,28 +56,33 @@ async function start(
   return startRun(tx, candidate.id, worker);
 }
 
-/** Takes the oldest queued default-class run that may go now. */
+/**
+ * Takes the next queued default-class run that may go now: the tenants take turns
+ * (./claim-turns.ts), and a tenant's oldest run goes first.
+ */
 export async function claimDefaultRun(
   db: Database,
   worker: string,
   threadLeaseMs = defaultThreadLeaseMs,
 ): Promise<RunRow | undefined> {
   const busyThreads: string[] = [];
-  for (;;) {
-    const claimed = await db.transaction(async (tx) => {
-      const candidate = (
-        await tx.query<Candidate>(
-          `SELECT id, tenant, thread_id, seq::text AS seq FROM agent_runs r
-           WHERE status = 'queued' AND class = 'default' AND ${threadAllows}
+  return claimByTurn<Candidate & { turn: string | null }>(db, {
+    candidate: async (tx, tenant) =>
+      (
+        await tx.query<Candidate & { turn: string | null }>(
+          `SELECT id, tenant, thread_id, seq::text AS seq, ${currentTurn('$2')} FROM agent_runs r
+           WHERE status = 'queued' AND class = 'default' AND tenant = $2::text AND ${threadAllows}
            ORDER BY r.seq FOR UPDATE SKIP LOCKED LIMIT 1`,
-          [busyThreads],
+          [busyThreads, tenant],
         )
-      ).rows[0];
-      return candidate ? start(tx, candidate, worker, threadLeaseMs) : undefined;
-    });
-    if (claimed === undefined || !('busyThread' in claimed)) return claimed;
-    busyThreads.push(claimed.busyThread);
-  }
+      ).rows[0],
+    take: async (tx, candidate) => {
+      const started = await start(tx, candidate, worker, threadLeaseMs);
+      if (!('busyThread' in started)) return started;
+      busyThreads.push(started.busyThread);
+      return 'retry';
+    },
+  });
 }
 
 /**

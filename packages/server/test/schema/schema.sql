@@ -348,6 +348,29 @@ CREATE TABLE public.callback_deliveries (
 
 
 --
+-- Name: claim_turn_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.claim_turn_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: claim_turns; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.claim_turns (
+    class text NOT NULL,
+    tenant text NOT NULL,
+    turn bigint NOT NULL
+);
+
+
+--
 -- Name: gateway_usage; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -577,6 +600,14 @@ ALTER TABLE ONLY public.callback_deliveries
 
 
 --
+-- Name: claim_turns claim_turns_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.claim_turns
+    ADD CONSTRAINT claim_turns_pkey PRIMARY KEY (class, tenant);
+
+
+--
 -- Name: gateway_usage gateway_usage_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -688,6 +719,13 @@ CREATE INDEX agent_runs_live ON public.agent_runs USING btree (tenant, class, st
 --
 
 CREATE INDEX agent_runs_queue_default ON public.agent_runs USING btree (seq) WHERE ((status = 'queued'::text) AND (class = 'default'::text));
+
+
+--
+-- Name: agent_runs_queue_default_tenant; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX agent_runs_queue_default_tenant ON public.agent_runs USING btree (tenant, seq) WHERE ((status = 'queued'::text) AND (class = 'default'::text));
 
 
 --
