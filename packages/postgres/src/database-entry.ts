@@ -3,6 +3,7 @@
  * the same `Database` over node-postgres or PGlite (the run server's store uses it).
  */
 export { toDatabase, fromPgPool, fromPGlite } from './database.js';
+export type { PgPoolOptions } from './database.js';
 export type {
   Database,
   DatabaseInput,

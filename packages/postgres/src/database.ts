@@ -118,7 +118,27 @@ function quoteIdent(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
 }
 
-export function fromPgPool(pool: PgPoolLike): Database {
+export interface PgPoolOptions {
+  /**
+   * Settings each transaction sets for itself (`SET LOCAL`, in the same round trip as its
+   * BEGIN), e.g. `{ lock_timeout: '5000ms' }`: what a session setting would do, for a pooler in
+   * transaction mode, which refuses settings in the startup packet and shares sessions.
+   */
+  transactionSettings?: Record<string, string>;
+}
+
+/** `SET LOCAL name TO 'value'` for each setting; names are checked, values quoted as literals. */
+function setLocal(settings: Record<string, string> = {}): string {
+  return Object.entries(settings)
+    .map(([name, value]) => {
+      if (!/^[a-z_]+$/.test(name)) throw new TypeError(`Expected a setting name, got \`${name}\``);
+      return `; SET LOCAL ${name} TO '${String(value).replace(/'/g, "''")}'`;
+    })
+    .join('');
+}
+
+export function fromPgPool(pool: PgPoolLike, poolOptions: PgPoolOptions = {}): Database {
+  const settings = setLocal(poolOptions.transactionSettings);
   return {
     query: async <R>(text: string, params?: unknown[]) => (await pool.query(text, params)) as QueryResult<R>,
     async transaction<T>(body: (tx: SqlClient) => Promise<T>, options?: TransactionOptions): Promise<T> {
@@ -134,9 +154,9 @@ export function fromPgPool(pool: PgPoolLike): Database {
         // was granted, which an older (REPEATABLE READ) snapshot would not. SET LOCAL lasts
         // for this transaction only: no session state is left behind for a pooler.
         await client.query(
-          options?.synchronousCommit === false
+          (options?.synchronousCommit === false
             ? 'BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit TO off'
-            : 'BEGIN ISOLATION LEVEL READ COMMITTED',
+            : 'BEGIN ISOLATION LEVEL READ COMMITTED') + settings,
         );
         const tx: SqlClient = {
           query: async <R>(text: string, params?: unknown[]) =>

@@ -84,17 +84,19 @@ export async function serve(options: ServeOptions = {}): Promise<RunningServer> 
   const dataDir = resolve(options.dataDir ?? '.sluice');
   const databaseUrl = options.databaseUrl ?? process.env.DATABASE_URL;
   let app: ServerApp | undefined;
-  const storeErrors: Error[] = [];
   const store = await openStore({
     databaseUrl: databaseUrl || undefined,
     dataDir: resolve(dataDir, 'db'),
     statementTimeoutMs: settings.statementTimeoutMs,
     poolSize: settings.poolSize,
     // A connection the database ended; the pool replaces it. Logged, never fatal.
+    // Before the app and its logger exist, a database not up yet is said on stderr, so a
+    // start that keeps retrying is never silent.
     onError: (error) =>
       app
         ? app.fastify.log.warn({ error: error.message }, 'database connection lost')
-        : storeErrors.push(error),
+        : console.warn(`Database not reachable yet (${error.message}); trying again`),
+    onNotice: (message) => console.warn(`Database: ${message}`),
     signal: options.signal,
   });
   try {

@@ -17,7 +17,7 @@ import pg from 'pg';
 import { systemClock } from 'sluice/concurrency';
 import { settingDefaults } from '../settings.js';
 import { tuning } from '../tuning.js';
-import { splitSqlStatements, toDatabase, type Database } from '@sluice/postgres/database';
+import { fromPgPool, splitSqlStatements, toDatabase, type Database } from '@sluice/postgres/database';
 
 // Beside src/ and dist/ alike, so the source and the built package read the same files.
 const migrationsDir = new URL('../../sql/', import.meta.url);
@@ -37,8 +37,13 @@ export interface StoreOptions {
   statementTimeoutMs?: number;
   /** @default 20 */
   poolSize?: number;
-  /** Errors of idle connections (a restarted or terminated server): reported, never thrown. */
+  /**
+   * Errors of idle connections (a restarted or terminated server), and each failed attempt to
+   * reach a database that is not up yet: reported, never thrown.
+   */
   onError?: (error: Error) => void;
+  /** Something an operator should know about how the store connected. */
+  onNotice?: (message: string) => void;
   /** Stops waiting for a PostgreSQL server that is not up yet (a signal during start-up). */
   signal?: AbortSignal;
 }
@@ -53,23 +58,45 @@ export async function openStore(options: StoreOptions): Promise<Store> {
   return openEmbedded(options.dataDir);
 }
 
-async function openPostgres(url: string, options: StoreOptions): Promise<Store> {
+/** How the store's connections get their timeouts: in the startup packet, or per transaction. */
+type TimeoutsAt = 'startup' | 'transaction';
+
+function poolOf(url: string, options: StoreOptions, at: TimeoutsAt): { pool: pg.Pool; db: Database } {
   const statementTimeout = options.statementTimeoutMs ?? settingDefaults.statementTimeoutMs;
-  const pool = new pg.Pool({
-    connectionString: url,
-    max: options.poolSize ?? 20,
-    // Waiting for a connection (a new one, or a free one of a busy pool) ends after this, with 503.
-    connectionTimeoutMillis: 30_000,
+  const timeouts = {
     statement_timeout: statementTimeout,
     // Lock waits (the tenant admission lock above all) are bounded too: a stuck holder makes
     // callers fail with 503 instead of queueing behind it forever.
     lock_timeout: statementTimeout,
     idle_in_transaction_session_timeout: tuning.idleInTransactionMs,
+  };
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: options.poolSize ?? 20,
+    // Waiting for a connection (a new one, or a free one of a busy pool) ends after this, with 503.
+    connectionTimeoutMillis: 30_000,
+    ...(at === 'startup' ? timeouts : {}),
   });
   // An idle connection that the server ends (restart, pg_terminate_backend, a proxy's reaper)
   // is emitted here; with no listener Node would end the process.
   pool.on('error', (error) => options.onError?.(error));
-  const db = toDatabase(pool);
+  const perTransaction = Object.fromEntries(Object.entries(timeouts).map(([name, ms]) => [name, `${ms}ms`]));
+  return {
+    pool,
+    db: at === 'startup' ? toDatabase(pool) : fromPgPool(pool, { transactionSettings: perTransaction }),
+  };
+}
+
+/**
+ * PgBouncer (and other poolers) refuse settings in the startup packet: "unsupported startup
+ * parameter". A protocol error, not a database still starting, so it is not worth a retry.
+ */
+const refusesStartupSettings = (error: unknown): boolean =>
+  /unsupported startup parameter/i.test((error as Error)?.message ?? '');
+
+async function openPostgres(url: string, options: StoreOptions): Promise<Store> {
+  let { pool, db } = poolOf(url, options, 'startup');
+  let at: TimeoutsAt = 'startup';
   // A server started beside its database (compose, a pod) may come up first: keep trying to
   // reach it for a while before giving up.
   // Before the app and its clock exist: the system clock's time.
@@ -79,6 +106,19 @@ async function openPostgres(url: string, options: StoreOptions): Promise<Store> 
       await migrate(db);
       break;
     } catch (error) {
+      if (at === 'startup' && refusesStartupSettings(error)) {
+        // Behind a pooler in transaction mode: each transaction sets its own timeouts, and a
+        // statement outside a transaction has the role's (see docs/deploy.md).
+        await pool.end().catch(() => undefined);
+        ({ pool, db } = poolOf(url, options, 'transaction'));
+        at = 'transaction';
+        options.onNotice?.(
+          `the database refuses settings at connect time (${(error as Error).message}), as PgBouncer in transaction ` +
+            'mode does: each transaction sets its statement and lock timeouts itself; set them on the role for ' +
+            'single statements (ALTER ROLE ... SET statement_timeout = ...)',
+        );
+        continue;
+      }
       if (!isConnectionError(error) || systemClock.now() + delay > giveUpAt) {
         await pool.end().catch(() => undefined);
         throw error;
@@ -92,7 +132,8 @@ async function openPostgres(url: string, options: StoreOptions): Promise<Store> 
       }
     }
   }
-  return { db, ping: (timeoutMs) => ping(db, timeoutMs), close: () => pool.end() };
+  const opened = pool;
+  return { db, ping: (timeoutMs) => ping(db, timeoutMs), close: () => opened.end() };
 }
 
 async function openEmbedded(dataDir: string): Promise<Store> {
