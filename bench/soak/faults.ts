@@ -46,7 +46,8 @@ export interface FaultTargets {
 }
 
 const GRACE_MS = 3000;
-const READY_TIMEOUT_MS = 45_000;
+// Generous: a server restarted from its sources on a busy 2-core box takes tens of seconds to serve.
+const READY_TIMEOUT_MS = 90_000;
 
 /** Injects faults until `signal` aborts (the one in progress is finished and undone). */
 export async function injectFaults(
