@@ -7,13 +7,12 @@
  * @sluice/postgres, so the comparison is between the two designs, not two code bases.
  */
 import { randomUUID } from 'node:crypto';
-import { allocate, type ConcurrencyLease } from 'sluice/concurrency';
+import type { ConcurrencyLease } from 'sluice/concurrency';
 import type { Database } from '@sluice/postgres/database';
 // The package's own statements and decoder (internal modules, read from its sources): a
 // change to the SQL functions breaks this peer at compile time, not in the middle of a run.
-import { decodePass, type PassRow } from '../../packages/postgres/src/pass.js';
+import { decodePass, planPass, type PassRow } from '../../packages/postgres/src/pass.js';
 import { limiterQueries, type LeaseRow } from '../../packages/postgres/src/queries.js';
-import { allocationLimits } from '../../packages/postgres/src/stored-limits.js';
 
 export class SpecPollingLimiter {
   readonly #q: ReturnType<typeof limiterQueries>;
@@ -48,6 +47,9 @@ export class SpecPollingLimiter {
             op === 'enqueue' ? [waiterId] : [],
             op === 'enqueue' ? [workload] : [],
             op === 'enqueue' ? [null] : [],
+            op === 'enqueue' ? [''] : [],
+            op === 'enqueue' ? [0] : [],
+            op === 'enqueue' ? [0] : [],
             [],
             [],
             op === 'heartbeat' ? [waiterId] : [],
@@ -57,13 +59,8 @@ export class SpecPollingLimiter {
           ])
         ).rows;
         const state = decodePass(rows)!;
-        const grants = allocate({
-          limits: allocationLimits(state.limits),
-          active: state.active,
-          waiting: state.heads,
-          now: 0,
-        }).grants;
-        const mine = grants.find((g) => g.entry.id === waiterId);
+        // The same allocation rules as the package (no budgets here, so no capacity to write).
+        const mine = planPass(state, []).grants.find((g) => g.id === waiterId);
         if (!mine) return undefined;
         const row = (
           await tx.query<LeaseRow>(this.#q.grant, [
@@ -72,11 +69,15 @@ export class SpecPollingLimiter {
             [workload],
             ['spec'],
             [true],
-            [mine.entry.seq],
+            [mine.seq],
             [],
             this.options.leaseTtlMs,
             this.options.leaseTtlMs,
             'unused_',
+            [0],
+            [0],
+            null,
+            state.nowMs,
           ])
         ).rows[0]!;
         return {

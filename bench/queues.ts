@@ -1,0 +1,174 @@
+/**
+ * Sluice against the job queues a team would otherwise build on, in one run on one PostgreSQL
+ * 15: a Fastify route calling graphile-worker's `addJob` or pg-boss's `send`, and their workers
+ * calling the model. Each system's server runs in a process of its own, the load generator
+ * (autocannon) in another, the model provider (the testkit's stand-in) in a third; every
+ * system gets a fresh database per measure, and 16 queue workers.
+ *
+ *   - enqueue: POSTs that queue a run (Sluice: a deferred run, tenant caps on), 32 and 256
+ *     clients, requests/s and p50/p99, the workers held by a stalled model;
+ *   - end to end: runs/s from the first POST to the last run's end, for 5,000 runs whose model
+ *     call answers in 0 ms and in 200 ms;
+ *   - under a cap: the same at 200 ms with a running cap of 10 per tenant, one tenant sending
+ *     three runs in four. Sluice's deferred cap against each peer's nearest feature (serial
+ *     lanes: graphile-worker's `queueName`, pg-boss's singleton key, 10 lanes per tenant), and
+ *     whether each kept it, from the stand-in's highest in-flight count per tenant.
+ *
+ * Ratios are Sluice's figure over the best peer's in the same run. Last line: JSON
+ * `{"bench":"queues","enqueue_vs_best_peer":…,"end_to_end_vs_best_peer":…,"capped_vs_best_peer":…}`
+ * (the first two the worse of their two settings).
+ *
+ * Run: npm run bench:queues   (-- --quick: 256 enqueues at 32 clients, 200 runs, 50 ms model)
+ */
+import { loadavg } from 'node:os';
+import pg from 'pg';
+import { serverOf } from '../scripts/postgres-config.js';
+// @ts-expect-error plain ESM script without types
+import { ensurePostgres } from '../scripts/postgres.mjs';
+import { startChild } from './queues/child.js';
+import {
+  dropDatabase,
+  endToEnd,
+  enqueue,
+  type Bench,
+  type EndToEndFigures,
+  type EnqueueFigures,
+} from './queues/phases.js';
+import { endToEndRows, enqueueRows, keptCap, SLUICE, table, versusBest } from './queues/report.js';
+import { systems } from './queues/systems.js';
+
+const quick = process.argv.includes('--quick');
+const clientCounts = quick ? [32] : [32, 256];
+const enqueueSeconds = 5;
+// Quick: a number of requests rather than a time, so that a busy machine still gives figures.
+const enqueueLength = quick
+  ? { warmUp: { amount: 64 }, measured: { amount: 256 } }
+  : { warmUp: { seconds: 1 }, measured: { seconds: enqueueSeconds } };
+const runs = quick ? 200 : 5_000;
+const delays = quick ? [0, 50] : [0, 200];
+const cap = 10;
+const workers = 16;
+const timeoutMs = quick ? 30_000 : 180_000;
+const tenants = Array.from({ length: 8 }, (_, i) => `tenant-${i}`);
+// Under the cap: tenant-0 sends three runs in four, so its share of 16 workers passes 10.
+const skewedTenants = tenants.slice(0, 4);
+const skewed = skewedTenants.slice(1).flatMap((t) => ['tenant-0', 'tenant-0', 'tenant-0', t]);
+
+const url = (await ensurePostgres()) as string | undefined;
+if (!url) throw new Error('No PostgreSQL server found or startable');
+const { server, database } = serverOf(url);
+const admin = new pg.Client({ ...server, database });
+await admin.connect();
+const standIn = startChild('./stand-in.ts', {});
+const load = startChild('./load.ts', {});
+const providerUrl = String((await standIn.ready).url);
+await load.ready;
+const bench: Bench = {
+  server,
+  admin,
+  standIn,
+  providerUrl,
+  load,
+  prefix: `sluice_bench_queues_${process.pid}`,
+  workers,
+};
+const loadAtStart = loadavg()[0]!;
+
+const enqueued = new Map<number, Map<string, EnqueueFigures>>();
+const ended = new Map<number, Map<string, EndToEndFigures>>();
+const capped = new Map<string, EndToEndFigures>();
+try {
+  for (const clients of clientCounts) {
+    const by = new Map<string, EnqueueFigures>();
+    for (const [i, system] of systems.entries())
+      by.set(system.name, await enqueue(bench, system, i, tenants, clients, enqueueLength));
+    enqueued.set(clients, by);
+  }
+  for (const delayMs of delays) {
+    const by = new Map<string, EndToEndFigures>();
+    for (const [i, system] of systems.entries()) {
+      const options = { tenants, pattern: tenants, tenantCap: 0, runs, delayMs, timeoutMs };
+      by.set(system.name, await endToEnd(bench, system, i, options));
+    }
+    ended.set(delayMs, by);
+  }
+  const cappedDelay = delays.at(-1)!;
+  for (const [i, system] of systems.entries()) {
+    const options = {
+      tenants: skewedTenants,
+      pattern: skewed,
+      tenantCap: cap,
+      runs,
+      delayMs: cappedDelay,
+      timeoutMs,
+    };
+    capped.set(system.name, await endToEnd(bench, system, i, options));
+  }
+} finally {
+  for (const i of systems.keys()) await dropDatabase(bench, `${bench.prefix}_${i}`);
+  await admin.end();
+  await load.stop();
+  await standIn.stop();
+}
+
+console.log(
+  `\nSluice against job queues on one PostgreSQL 15, ${workers} workers, one run; node ${process.version}, ${new Date().toISOString().slice(0, 10)}`,
+);
+console.log(
+  `\nEnqueue: POST one run, ${quick ? '256 requests after 64' : `${enqueueSeconds} s after 1 s`} of warm-up`,
+);
+console.log(
+  table(
+    ['system', 'clients', 'requests/s', 'p50 ms', 'p99 ms', 'ratio'],
+    [...enqueued].flatMap(([clients, by]) => enqueueRows(clients, by)),
+  ),
+);
+console.log(`\nEnd to end: ${runs} runs by 32 clients, from the first POST to the last run's end`);
+const endHeader = ['system', 'model answers in', 'runs done', 'seconds', 'runs/s', 'ratio'];
+console.log(
+  table(
+    endHeader,
+    [...ended].flatMap(([delay, by]) => endToEndRows(`${delay} ms`, by)),
+  ),
+);
+console.log(
+  `\nUnder a running cap of ${cap} per tenant (tenant-0 sends 3 runs in 4), model ${delays.at(-1)} ms`,
+);
+console.log(
+  table(
+    [...endHeader, 'max in flight, one tenant', `kept ${cap}`],
+    endToEndRows(`${delays.at(-1)} ms`, capped, cap),
+  ),
+);
+console.log(
+  `\nratio: Sluice's rate over the best peer's (on Sluice's row), a peer's over Sluice's (on its own); load average ${loadAtStart.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end (2-core machine)`,
+);
+
+const rate = (by: Map<string, EnqueueFigures | EndToEndFigures>) =>
+  versusBest(new Map([...by].map(([n, f]) => [n, 'rps' in f ? f.rps : f.rate]))).ratio;
+const enqueueRatios = Object.fromEntries(
+  [...enqueued].map(([c, by]) => [`enqueue_${c}_vs_best_peer`, rate(by)]),
+);
+const endRatios = Object.fromEntries(
+  [...ended].map(([d, by]) => [`end_to_end_${d}ms_vs_best_peer`, rate(by)]),
+);
+const exactPeers = new Map([...capped].filter(([name, f]) => name === SLUICE || keptCap(f, cap)));
+console.log(
+  JSON.stringify({
+    bench: 'queues',
+    enqueue_vs_best_peer: Math.min(...Object.values(enqueueRatios)),
+    end_to_end_vs_best_peer: Math.min(...Object.values(endRatios)),
+    capped_vs_best_peer: rate(capped),
+    capped_vs_best_exact_peer: exactPeers.size > 1 ? rate(exactPeers) : null,
+    ...enqueueRatios,
+    ...endRatios,
+    cap_kept: Object.fromEntries([...capped].map(([n, f]) => [n, keptCap(f, cap)])),
+    runs,
+    workers,
+    sluice_enqueue_rps: Object.fromEntries(
+      [...enqueued].map(([c, by]) => [c, Math.round(by.get(SLUICE)!.rps)]),
+    ),
+    load_avg_start: Number(loadAtStart.toFixed(1)),
+    load_avg_end: Number(loadavg()[0]!.toFixed(1)),
+  }),
+);
