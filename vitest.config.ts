@@ -11,7 +11,7 @@ export default defineConfig({
   resolve: { conditions },
   ssr: { resolve: { conditions } },
   test: {
-    include: ['packages/*/test/**/*.test.ts', 'examples/**/*.test.ts'],
+    include: ['packages/*/test/**/*.test.ts', 'examples/**/*.test.ts', 'bench/**/*.test.ts'],
     globalSetup: ['scripts/vitest-global-setup.ts'],
     // The cleanup registry and, for the server's tests, the leak guard (see the file).
     setupFiles: ['packages/server/test/harness/setup.ts'],

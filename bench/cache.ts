@@ -152,6 +152,12 @@ for (let round = 0; round < rounds; round++) {
 await provider.close();
 redis.stop();
 rmSync(dataDir, { recursive: true, force: true });
+if (pgUrl) {
+  const admin = new pg.Client({ connectionString: pgUrl });
+  await admin.connect();
+  await admin.query('DROP DATABASE IF EXISTS sluice_bench_cache WITH (FORCE)');
+  await admin.end();
+}
 
 const summary = (name: 'memory' | 'redis') => {
   const sorted = results[name].sort((a, b) => a - b);

@@ -14,7 +14,8 @@
  * waiting acquire resolves, in any process (each grant is paired with the oldest release not
  * yet paired). Slot use: the time slots were held / (10 x the window).
  *
- * Run: npm run bench:postgres   (-- --quick for shorter windows)
+ * Run: npm run bench:postgres   (-- --quick for shorter windows, -- --smoke for the shortest).
+ * The last line is JSON: `{"bench":"postgres","ours_100ms_tx_per_grant":…}` (durable commits).
  */
 import pg from 'pg';
 import { createPostgresConcurrencyLimiter } from '@sluice/postgres';
@@ -23,9 +24,11 @@ import { endPool, serverOf } from '../scripts/postgres-config.js';
 // @ts-expect-error plain ESM script without types
 import { ensurePostgres } from '../scripts/postgres.mjs';
 
-const quick = process.argv.includes('--quick');
-const warmMs = quick ? 1000 : 1500;
-const durationMs = quick ? 3000 : 6000;
+// --smoke: the smallest setting, for the test that the bench ends (its figures mean little).
+const smoke = process.argv.includes('--smoke');
+const quick = smoke || process.argv.includes('--quick');
+const warmMs = smoke ? 200 : quick ? 1000 : 1500;
+const durationMs = smoke ? 500 : quick ? 3000 : 6000;
 const processes = 4;
 const loopsPerProcess = 50;
 const limits = {
@@ -150,6 +153,7 @@ const header = [
   'hand-off p99 ms',
   'slot use',
 ];
+const durable = new Map<number, { spec: Result; ours: Result }>();
 for (const sync of quick ? [true] : [true, false]) {
   console.log(
     sync
@@ -178,6 +182,7 @@ for (const sync of quick ? [true] : [true, false]) {
   for (const hold of [100, 500]) {
     const spec = results.get(`spec design, ${hold} ms holds`)!;
     const ours = results.get(`ours, ${hold} ms holds`)!;
+    if (sync) durable.set(hold, { spec, ours });
     console.log(
       `${hold} ms holds: ours commits 1/${fmt(spec.txPerSec / ours.txPerSec, 1)} of the spec design's transactions; ` +
         `per grant ${fmt(ours.txPerSec / ours.grantsPerSec, 1)} against ${fmt(spec.txPerSec / spec.grantsPerSec, 1)}`,
@@ -188,7 +193,7 @@ for (const sync of quick ? [true] : [true, false]) {
 // Where do NOTIFY wake-ups stop paying off? Shorter holds mean more grants a second.
 console.log('\nNOTIFY wake-ups against polling alone (every 100 ms), ours, by hold time');
 const crossRows: string[][] = [];
-for (const holdMs of quick ? [100, 10] : [200, 50, 10, 0]) {
+for (const holdMs of smoke ? [10] : quick ? [100, 10] : [200, 50, 10, 0]) {
   const on = await run({ design: 'ours', holdMs, listen: true });
   const off = await run({ design: 'ours', holdMs, listen: false });
   crossRows.push([
@@ -204,4 +209,22 @@ const asyncResult = await run({ design: 'ours', holdMs: 0, sync: false });
 console.log(
   `\nours, 0 ms holds, synchronousCommit: false: ${fmt(asyncResult.grantsPerSec)} grants/s, hand-off p50 ${fmt(asyncResult.handOffP50, 1)} ms, slot use ${fmt(asyncResult.slotUse, 2)}`,
 );
+for (const design of ['spec', 'ours'])
+  await monitor.query(`DROP DATABASE IF EXISTS sluice_bench_${design} WITH (FORCE)`);
 await monitor.end();
+const perGrant = (r: Result) => Number((r.txPerSec / r.grantsPerSec).toFixed(2));
+console.log(
+  JSON.stringify({
+    bench: 'postgres',
+    window_ms: durationMs,
+    ...Object.fromEntries(
+      [...durable].flatMap(([hold, { spec, ours }]) => [
+        [`ours_${hold}ms_grants_per_s`, Number(ours.grantsPerSec.toFixed(1))],
+        [`spec_${hold}ms_grants_per_s`, Number(spec.grantsPerSec.toFixed(1))],
+        [`ours_${hold}ms_tx_per_grant`, perGrant(ours)],
+        [`spec_${hold}ms_tx_per_grant`, perGrant(spec)],
+        [`ours_${hold}ms_hand_off_p50_ms`, Number(ours.handOffP50.toFixed(1))],
+      ]),
+    ),
+  }),
+);

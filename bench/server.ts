@@ -9,27 +9,24 @@
  * Store: embedded PGlite, and PostgreSQL too when one can be found or started. For each store the
  * bare route, the admitted run and the refusal take turns in rounds of 500 ms, and each ratio is
  * taken against the bare route's rounds beside it, so a shared machine's changes in load fall on
- * both sides alike.
- * Run: npm run bench:server   (-- --quick). The last line of output is one line of JSON:
+ * both sides alike. The servers run in a process of their own (bench/server/target.ts); this
+ * process is the load generator.
+ * Run: npm run bench:server   (-- --quick; -- --smoke, the shortest). The last line of output is one line of JSON:
  * admitted_vs_bare and refused_vs_bare are requests/s as a fraction of the bare route's, on
  * PostgreSQL (pglite_* the same on PGlite).
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { loadavg, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
-import Fastify from 'fastify';
 import pg from 'pg';
-import { createAgent } from 'sluice';
-import { createToken, defineConfig, serve } from '@sluice/server';
-import { startProviderStandIn } from '@sluice/testkit';
 import { serverOf, urlOf } from '../scripts/postgres-config.js';
 // @ts-expect-error plain ESM script without types
 import { ensurePostgres } from '../scripts/postgres.mjs';
+import { startChild } from './queues/child.js';
 
-const quick = process.argv.includes('--quick');
-const seconds = quick ? 2 : 5;
-const roundMs = 500;
+const smoke = process.argv.includes('--smoke');
+const quick = smoke || process.argv.includes('--quick');
+const roundMs = smoke ? 250 : 500;
+const seconds = smoke ? 0.25 : quick ? 2 : 5;
 const rounds = (seconds * 1000) / roundMs;
 const concurrency = 32;
 
@@ -67,11 +64,15 @@ function figures(s: Sampled) {
   };
 }
 
-const bare = Fastify();
-bare.post('/constant', async () => ({ ok: true }));
-const bareUrl = await bare.listen({ port: 0, host: '127.0.0.1' });
-const provider = await startProviderStandIn({ reply: () => ({ stall: true }) });
-const model = { api: 'openai-completions' as const, provider: 'stand-in', id: 'm', baseUrl: provider.url };
+interface Target {
+  bareUrl: string;
+  runsUrl: string;
+  token: string;
+}
+const startTarget = async (mode: 'admission' | 'isolation', databaseUrl: string) => {
+  const child = startChild('../server/target.ts', { mode, databaseUrl });
+  return { child, ...((await child.ready) as unknown as Target) };
+};
 
 const stores: { name: string; databaseUrl: string }[] = [{ name: 'PGlite', databaseUrl: '' }];
 const url = (await ensurePostgres()) as string | undefined;
@@ -86,32 +87,18 @@ if (url) {
 
 const json = { 'content-type': 'application/json' };
 const rows: string[][] = [];
-const bareRequest = () =>
-  fetch(`${bareUrl}/constant`, { method: 'POST', headers: json, body: '{"input":"x"}' }).then(
-    async (r) => (await r.arrayBuffer(), r.status),
-  );
 const ratios: Record<string, number> = {};
 const loadAtStart = loadavg()[0]!;
 
 for (const store of stores) {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-bench-server-'));
-  const server = await serve({
-    config: defineConfig({
-      agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) },
-      settings: { maxActivePerTenant: 1, deferredMaxQueuedPerTenant: 0, deferredConcurrency: 1 },
-    }),
-    port: 0,
-    dataDir: dir,
-    databaseUrl: store.databaseUrl,
-    // No request log, as on the bare route: the figure is the cost of admission, not of logging.
-    logger: false,
-  });
-  const token = (
-    await createToken(server.store.db, { tenant: 'bench', project: 'p', user: 'u', role: 'member' })
-  ).secret;
-  const headers = { ...json, authorization: `Bearer ${token}` };
+  const target = await startTarget('admission', store.databaseUrl);
+  const headers = { ...json, authorization: `Bearer ${target.token}` };
   const post = (body: string) =>
-    fetch(`${server.url}/api/client/v1/agents/echo/runs`, { method: 'POST', headers, body }).then(
+    fetch(target.runsUrl, { method: 'POST', headers, body }).then(
+      async (r) => (await r.arrayBuffer(), r.status),
+    );
+  const bareRequest = () =>
+    fetch(target.bareUrl, { method: 'POST', headers: json, body: '{"input":"x"}' }).then(
       async (r) => (await r.arrayBuffer(), r.status),
     );
   // One run that never ends holds the default-class cap of 1, so the next ones get 429.
@@ -151,42 +138,17 @@ for (const store of stores) {
     ]);
     if (r.wrong > 0) console.warn(`${label} on ${store.name}: ${r.wrong} answers with another status`);
   }
-  await server.close();
-  rmSync(dir, { recursive: true, force: true });
+  await target.child.stop();
 }
-await provider.close();
-await bare.close();
 
 // Isolation: interactive (inline, default-class) run latency with an empty deferred queue and
 // with 1,000 deferred runs queued, on the same server and store.
-const isolationProvider = await startProviderStandIn({
-  reply: (r) => {
-    const last = String([...r.messages].reverse().find((m) => m.role === 'user')?.content ?? '');
-    return last.startsWith('batch') ? { stall: true } : { text: 'ok' };
-  },
-});
-const isolationModel = {
-  api: 'openai-completions' as const,
-  provider: 'stand-in',
-  id: 'm',
-  baseUrl: isolationProvider.url,
-};
 const isolationStore = stores.at(-1)!;
-const isoDir = mkdtempSync(join(tmpdir(), 'sluice-bench-iso-'));
-const iso = await serve({
-  config: defineConfig({
-    agents: { echo: createAgent({ model: isolationModel, credentials: { apiKey: 'k' } }) },
-  }),
-  port: 0,
-  dataDir: isoDir,
-  databaseUrl: isolationStore.databaseUrl,
-});
-const isoToken = (await createToken(iso.store.db, { tenant: 'iso', project: 'p', user: 'u', role: 'member' }))
-  .secret;
+const iso = await startTarget('isolation', isolationStore.databaseUrl);
 const isoPost = (body: string) =>
-  fetch(`${iso.url}/api/client/v1/agents/echo/runs`, {
+  fetch(iso.runsUrl, {
     method: 'POST',
-    headers: { ...json, authorization: `Bearer ${isoToken}` },
+    headers: { ...json, authorization: `Bearer ${iso.token}` },
     body,
   }).then(async (r) => {
     await r.arrayBuffer();
@@ -194,7 +156,7 @@ const isoPost = (body: string) =>
   });
 const interactive = async () => {
   const samples: number[] = [];
-  for (let i = 0; i < (quick ? 40 : 200); i++) {
+  for (let i = 0; i < (smoke ? 10 : quick ? 40 : 200); i++) {
     const start = performance.now();
     if ((await isoPost('{"input":"hello"}')) !== 200) throw new Error('interactive run failed');
     samples.push(performance.now() - start);
@@ -205,20 +167,20 @@ const interactive = async () => {
 await interactive(); // warm-up (JIT, pools, plans)
 await interactive();
 const empty = await interactive();
-for (let i = 0; i < 1000; i += 50) {
+for (let i = 0; i < (smoke ? 100 : 1000); i += 50) {
   await Promise.all(
     Array.from({ length: 50 }, () => isoPost('{"input":"batch job","class":"deferred","wait":false}')),
   );
 }
-const backlog = (
-  await iso.store.db.query<{ n: number }>(
-    `SELECT count(*)::int AS n FROM agent_runs WHERE tenant = 'iso' AND class = 'deferred' AND status IN ('queued', 'running')`,
-  )
-).rows[0]!.n;
+const { backlog } = await iso.child.request<{ backlog: number }>('backlog');
 const loaded = await interactive();
-await iso.close();
-await isolationProvider.close();
-rmSync(isoDir, { recursive: true, force: true });
+await iso.child.stop();
+if (url) {
+  const admin = new pg.Client({ connectionString: url });
+  await admin.connect();
+  await admin.query('DROP DATABASE IF EXISTS sluice_bench_server WITH (FORCE)');
+  await admin.end();
+}
 
 console.log(
   `\nRun server against a bare Fastify route, ${concurrency} concurrent clients, ${seconds} s each in rounds of ${roundMs} ms, one run`,
