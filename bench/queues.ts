@@ -18,7 +18,8 @@
  * `{"bench":"queues","enqueue_vs_best_peer":…,"end_to_end_vs_best_peer":…,"capped_vs_best_peer":…}`
  * (the first two the worse of their two settings).
  *
- * Run: npm run bench:queues   (-- --quick: 256 enqueues at 32 clients, 200 runs, 50 ms model)
+ * Run: npm run bench:queues   (-- --quick: 256 enqueues at 32 clients, 200 runs, 50 ms model;
+ *   -- --smoke: the same with 50 runs and a 0 ms model only)
  */
 import { loadavg } from 'node:os';
 import pg from 'pg';
@@ -37,15 +38,17 @@ import {
 import { endToEndRows, enqueueRows, keptCap, SLUICE, table, versusBest } from './queues/report.js';
 import { systems } from './queues/systems.js';
 
-const quick = process.argv.includes('--quick');
+// --smoke: the smallest setting, for the test that the bench ends (its figures mean little).
+const smoke = process.argv.includes('--smoke');
+const quick = smoke || process.argv.includes('--quick');
 const clientCounts = quick ? [32] : [32, 256];
 const enqueueSeconds = 5;
 // Quick: a number of requests rather than a time, so that a busy machine still gives figures.
 const enqueueLength = quick
   ? { warmUp: { amount: 64 }, measured: { amount: 256 } }
   : { warmUp: { seconds: 1 }, measured: { seconds: enqueueSeconds } };
-const runs = quick ? 200 : 5_000;
-const delays = quick ? [0, 50] : [0, 200];
+const runs = smoke ? 50 : quick ? 200 : 5_000;
+const delays = smoke ? [0] : quick ? [0, 50] : [0, 200];
 const cap = 10;
 const workers = 16;
 const timeoutMs = quick ? 30_000 : 180_000;
