@@ -31,7 +31,7 @@ const benches: { script: string; args: string[]; json?: string; databases?: stri
   },
   {
     script: 'queues',
-    args: ['bench/queues.ts', '--quick'],
+    args: ['bench/queues.ts', '--smoke'],
     json: 'queues',
     databases: 'sluice_bench_queues_%',
   },
@@ -40,6 +40,8 @@ const benches: { script: string; args: string[]; json?: string; databases?: stri
   { script: 'agent', args: ['bench/agent-overhead.ts', '--quick'] },
   { script: 'memory', args: ['bench/agent-memory.ts'] },
 ];
+
+const limitMs = 300_000;
 
 async function run(args: string[]): Promise<{ code: number | null; signal: string | null; output: string }> {
   const { database, ...server } = postgres!;
@@ -65,28 +67,32 @@ async function run(args: string[]): Promise<{ code: number | null; signal: strin
 
 describe.runIf(postgres && redis)('every bench ends by itself', () => {
   for (const bench of benches) {
-    it(`npm run bench:${bench.script} at its smallest setting exits 0 after its last line`, async () => {
-      const { code, signal, output } = await run([...bench.args]);
-      expect({ code, signal, output: code === 0 ? '' : output }).toEqual({
-        code: 0,
-        signal: null,
-        output: '',
-      });
-      const last = output.trimEnd().split('\n').at(-1)!;
-      if (bench.json) expect((JSON.parse(last) as { bench: string }).bench).toBe(bench.json);
-      else expect(last.trim().length).toBeGreaterThan(0);
-      if (!bench.databases) return;
-      const { database, ...server } = postgres!;
-      const admin = new pg.Client({ ...server, database });
-      await admin.connect();
-      try {
-        const left = await admin.query('SELECT datname FROM pg_database WHERE datname SIMILAR TO $1', [
-          bench.databases,
-        ]);
-        expect(left.rows).toEqual([]);
-      } finally {
-        await admin.end();
-      }
-    }, 180_000);
+    it(
+      `npm run bench:${bench.script} at its smallest setting exits 0 after its last line`,
+      async () => {
+        const { code, signal, output } = await run([...bench.args]);
+        expect({ code, signal, output: code === 0 ? '' : output }).toEqual({
+          code: 0,
+          signal: null,
+          output: '',
+        });
+        const last = output.trimEnd().split('\n').at(-1)!;
+        if (bench.json) expect((JSON.parse(last) as { bench: string }).bench).toBe(bench.json);
+        else expect(last.trim().length).toBeGreaterThan(0);
+        if (!bench.databases) return;
+        const { database, ...server } = postgres!;
+        const admin = new pg.Client({ ...server, database });
+        await admin.connect();
+        try {
+          const left = await admin.query('SELECT datname FROM pg_database WHERE datname SIMILAR TO $1', [
+            bench.databases,
+          ]);
+          expect(left.rows).toEqual([]);
+        } finally {
+          await admin.end();
+        }
+      },
+      limitMs,
+    );
   }
 });

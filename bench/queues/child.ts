@@ -87,7 +87,13 @@ type Handler = (message: Message) => Promise<Record<string, unknown> | void> | R
  * the process exits once the handler has closed everything else it opened.
  */
 export function answerParent(readyFields: Record<string, unknown>, handlers: Record<string, Handler>): void {
+  let stopping = false;
+  // The parent died without a stop (killed, crashed): nothing will ever stop this process.
+  process.once('disconnect', () => {
+    if (!stopping) process.exit(1);
+  });
   process.on('message', (m: Message) => {
+    if (m.type === 'stop') stopping = true;
     void (async () => {
       try {
         const answer = (await handlers[m.type]?.(m)) ?? {};
