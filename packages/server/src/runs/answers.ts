@@ -1,4 +1,5 @@
 import { shown } from '../shown.js';
+import { isUnstorable } from './json.js';
 import { invalidInput } from './refused.js';
 import type { Answer } from './required-action.js';
 import type { RunRow } from './store.js';
@@ -11,10 +12,6 @@ import type { RunRow } from './store.js';
 
 /** An answer is a tool result the model reads: a person's reply, not a document. */
 export const MAX_ANSWER_CHARS = 32_000;
-
-/** What PostgreSQL cannot keep in jsonb: U+0000, and a UTF-16 surrogate without its pair. */
-// eslint-disable-next-line no-control-regex -- U+0000 is the character looked for
-const unstorable = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 /** Checks `answers` against the run's open questions; a refusal (a 400) names the field. */
 export function checkAnswers(run: RunRow, answers: unknown): Answer[] {
@@ -48,7 +45,7 @@ export function checkAnswers(run: RunRow, answers: unknown): Answer[] {
       typeof text !== 'string' ||
       text.trim() === '' ||
       text.length > MAX_ANSWER_CHARS ||
-      unstorable.test(text)
+      isUnstorable(text)
     ) {
       throw invalidInput(
         `Expected \`${at}.text\` to be the answer, a non-blank string of at most ${MAX_ANSWER_CHARS} characters with no U+0000, got \`${shown(text)}\``,

@@ -8,6 +8,9 @@
 const unsafe = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 const unsafeAll = new RegExp(unsafe.source, 'g');
 
+/** Whether jsonb would refuse the text: a NUL or an unpaired surrogate in it. */
+export const isUnstorable = (text: string): boolean => unsafe.test(text);
+
 /** The text with NULs and unpaired surrogates replaced by U+FFFD. */
 export function cleanText(text: string): string {
   return unsafe.test(text) ? text.replace(unsafeAll, '\ufffd') : text;

@@ -1,6 +1,10 @@
 import { beforeAll, expect, it } from 'vitest';
 import { describeWith } from '../../../../scripts/service-suites.js';
 import { postgres, until, type Body } from '../helpers.js';
+import { checkAnswers } from '../../src/runs/answers.js';
+import { decide } from '../../src/runs/approvals.js';
+import { continues } from '../../src/runs/required-action.js';
+import { getRun } from '../../src/runs/store.js';
 import { startQuestionServer, type QuestionServer } from './harness.js';
 
 // One server (on PostgreSQL) for the file: every test makes runs of its own.
@@ -226,5 +230,39 @@ describeWith({ PostgreSQL: postgres })('a question for a person over HTTP', () =
     expect((await s.resume(half.id, { answers: [{ tool_call_id: 'call_q', text: 'a' }] })).status).toBe(409);
     // The approved call never ran.
     expect(s.log).toEqual([]);
+  });
+
+  it('answers checked against questions the run has since replaced move nothing, and are not checked again against them', async () => {
+    // Read while asking "Which city?"; meanwhile the run went on and asks something else under
+    // the same call id. The stale answer must not become the new question's answer.
+    const paused = await pause('ask stale');
+    const db = s.server.store.db;
+    const seen = (await getRun(db, 't', paused.id as string))!;
+    const replaced = {
+      type: 'answer_question',
+      tool_call_id: 'call_q',
+      question: 'Transfer all savings?',
+      questions: [{ tool_call_id: 'call_q', name: 'ask_human', question: 'Transfer all savings?' }],
+    };
+    await db.query('UPDATE agent_runs SET required_action = $2::jsonb WHERE id = $1::text', [
+      paused.id,
+      JSON.stringify(replaced),
+    ]);
+    const answers = checkAnswers(seen, [{ tool_call_id: 'call_q', text: 'yes' }]);
+    expect(await decide(db, seen, answers)).toBeUndefined();
+    // The route's retry after a lost race is for a later stage of the same questions only.
+    expect(continues(seen.required_action, replaced as never)).toBe(false);
+    const q = (id: string, question: string) => ({ tool_call_id: id, name: 'ask_human', question });
+    const stage = (...questions: ReturnType<typeof q>[]) =>
+      ({ type: 'answer_question', ...questions[0], questions }) as never;
+    const before = stage(q('a', 'Which city?'), q('b', 'Which month?'));
+    expect(continues(before, stage(q('b', 'Which month?')))).toBe(true);
+    expect(continues(before, stage(q('b', 'Which year?')))).toBe(false);
+    expect(continues(before, before)).toBe(false);
+    expect((await s.call('GET', `/agents/runs/${paused.id}`)).body).toMatchObject({
+      status: 'requires_action',
+      required_action: replaced,
+    });
+    await s.call('POST', `/agents/runs/${paused.id}/cancel`);
   });
 });
