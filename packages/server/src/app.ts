@@ -5,7 +5,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServ
 import { openCacheStore } from './cache/open.js';
 import type { CacheStore } from './cache/store.js';
 import { CallbackDispatcher, checkCallbackUrl } from './callbacks/index.js';
-import type { SluiceConfig } from './config.js';
+import { agentFor, type SluiceConfig } from './config.js';
 import { authenticate } from './http/auth.js';
 import { Principals } from './http/principals.js';
 import { draining, installErrorHandling } from './http/errors.js';
@@ -41,6 +41,7 @@ import { onRequestCheck } from './http/hooks.js';
 import { appClock } from './clock.js';
 import { tuning } from './tuning.js';
 import { pruneEvents } from './streams/queries.js';
+import { waitingCounts } from './runs/waiting-counts.js';
 import { MAX_TIMER_MS } from './units.js';
 
 export interface ServerApp {
@@ -184,7 +185,21 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     storeEvents: options.storeRunEvents ?? true,
   });
   const limitsFor = tenantPolicy(config, settings);
-  const ops = new Ops(db, config, executor, { clock, ...options.ops });
+  const providerWaiting = (tenant: string, agent: string) => {
+    const limiter = (agentFor(config, tenant, agent) as { limiter?: { name: string } } | undefined)?.limiter;
+    return limiter !== undefined && ops.slots.waiting(limiter.name);
+  };
+  const ops: Ops = new Ops(db, config, executor, {
+    clock,
+    waiting: (tenant) =>
+      waitingCounts(db, {
+        tenant,
+        limitsFor,
+        deferredRunningCap: settings.deferredMaxRunningPerTenant,
+        providerWaiting,
+      }),
+    ...options.ops,
+  });
   const upkeep = new NodeUpkeep(db, executor, settings, limitsFor, log, clock);
   const gateways = createGateways({ config, db, cache, limitsFor, ops, clock, log });
   // Every final state with a callback_url leaves a row in the outbox (a trigger writes it in the
@@ -222,6 +237,11 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
       }),
     isDraining: () => isDraining,
     admissions: ops.admissions,
+    providerWaiting: (tenant, agent) => {
+      const limiter = (agentFor(config, tenant, agent) as { limiter?: { name: string } } | undefined)
+        ?.limiter;
+      return limiter !== undefined && ops.slots.waiting(limiter.name);
+    },
   };
 
   const now = options.now ?? (() => clock.now());

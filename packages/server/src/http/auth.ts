@@ -2,6 +2,7 @@ import type { FastifyRequest } from 'fastify';
 import type { CacheStore } from '../cache/store.js';
 import type { Principal, Role } from '../store/tokens.js';
 import type { Principals } from './principals.js';
+import { rateLimitFields } from './rate-limit-fields.js';
 import { HttpError, forbidden } from './errors.js';
 
 declare module 'fastify' {
@@ -32,7 +33,15 @@ const tooManyFailures = (leftMs: number) => {
     'too_many_failed_authentications',
     `More than ${failedAuthLimit.failures} failed authentications in a minute from this address; retry in ${seconds} s`,
     { limit: failedAuthLimit.failures, window_seconds: failedAuthLimit.windowMs / 1000 },
-    { 'retry-after': String(seconds) },
+    {
+      'retry-after': String(seconds),
+      ...rateLimitFields('failed_authentications', {
+        limit: failedAuthLimit.failures,
+        remaining: 0,
+        seconds,
+        windowSeconds: failedAuthLimit.windowMs / 1000,
+      }),
+    },
   );
 };
 

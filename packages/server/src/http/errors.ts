@@ -4,6 +4,7 @@ import { RETRY_AFTER_UNKNOWN_MS, retryAfterSeconds } from '../runs/retry-after.j
 import { CacheUnavailableError } from '../cache/errors.js';
 import { RunRefusedError, refusalCode, type RunRefusal } from '../runs/refused.js';
 import { shown } from '../shown.js';
+import { rateLimitFields } from './rate-limit-fields.js';
 import { expectations, patternMeanings } from './schemas.js';
 
 export { shown };
@@ -95,7 +96,14 @@ export function refusalError(refusal: Refusal): HttpError {
           active: refusal.active,
           retry_after_ms: retryAfterMs,
         },
-        { 'retry-after': String(retryAfterSeconds(retryAfterMs)) },
+        {
+          'retry-after': String(retryAfterSeconds(retryAfterMs)),
+          ...rateLimitFields(refusal.limit, {
+            limit: refusal.limitValue,
+            remaining: refusal.limitValue - refusal.active,
+            seconds: retryAfterSeconds(retryAfterMs),
+          }),
+        },
       );
     }
     case 'quota':
@@ -110,7 +118,14 @@ export function refusalError(refusal: Refusal): HttpError {
           class: refusal.class,
           used: refusal.used,
         },
-        { 'retry-after': String(QUOTA_RETRY_AFTER_S) },
+        {
+          'retry-after': String(QUOTA_RETRY_AFTER_S),
+          ...rateLimitFields('agent_runs', {
+            limit: refusal.limitValue,
+            remaining: refusal.limitValue - refusal.used,
+            seconds: QUOTA_RETRY_AFTER_S,
+          }),
+        },
       );
     case 'spend':
       // Not a case for retrying soon: no Retry-After, and clients that retry on their own (the
@@ -128,7 +143,15 @@ export function refusalError(refusal: Refusal): HttpError {
           spent_usd: refusal.spentUsd,
           reserved_usd: refusal.reservedUsd,
         },
-        { 'x-should-retry': 'false' },
+        {
+          'x-should-retry': 'false',
+          // Whole dollars are what a policy's q can say; the body has the exact figures.
+          ...rateLimitFields('spend_usd', {
+            limit: refusal.limitUsd,
+            remaining: 0,
+            seconds: QUOTA_RETRY_AFTER_S,
+          }),
+        },
       );
     case 'thread':
       return new HttpError(

@@ -9,6 +9,7 @@ import { Metrics } from './metrics.js';
 import { RunCounts, type RunCount, type RunCountsOptions } from './run-counts.js';
 import { SlotBook, type WorkloadSlots } from './slots.js';
 import { GatewayTraffic, type GatewayTrafficRow } from '../gateway/traffic.js';
+import type { WaitingCount } from '../runs/waiting-counts.js';
 
 export { AdmissionLog, type AdmissionHooks } from './admissions.js';
 
@@ -25,6 +26,8 @@ export interface Overview {
   readonly refusals: readonly RecentRefusal[];
   /** Gateway requests per tenant and gateway, as this process counted them. */
   readonly gateways: readonly GatewayTrafficRow[];
+  /** Queued and scheduled runs by tenant and the reason they wait (runs/waiting.ts). */
+  readonly waiting: readonly WaitingCount[];
 }
 
 export interface OpsOptions {
@@ -33,6 +36,8 @@ export interface OpsOptions {
   recentRefusals?: number;
   /** The server's clock: refusals are stamped with it. */
   clock?: Clock;
+  /** Reads the waiting runs by tenant and reason (the app gives it its limits); default: none shown. */
+  waiting?: (tenant?: string) => Promise<WaitingCount[]>;
 }
 
 /** The server's operating state: slot counts, run counts, admission decisions, metrics. */
@@ -45,11 +50,13 @@ export class Ops {
   /** Gateway traffic per tenant (the gateway counts it, the dashboard draws it). */
   readonly gatewayTraffic = new GatewayTraffic();
   readonly #clock: Clock;
+  readonly #waiting: (tenant?: string) => Promise<WaitingCount[]>;
 
   constructor(db: Database, config: SluiceConfig, executor: Executor, options: OpsOptions = {}) {
     this.slots = new SlotBook(config);
     this.runs = new RunCounts(db, options.runCounts);
     const clock = (this.#clock = options.clock ?? systemClock);
+    this.#waiting = options.waiting ?? (async () => []);
     this.admissions = new AdmissionLog(options.recentRefusals ?? 50, () => new Date(clock.now()));
     this.capacity = new CapacityBook(this.slots.limiters);
     this.metrics = new Metrics({
@@ -69,7 +76,11 @@ export class Ops {
    * refusals; the limiters are shared by all and carry no tenant), else for all.
    */
   async overview(tenant?: string): Promise<Overview> {
-    const [stats, runs] = await Promise.all([readStats(this.slots.limiters.values()), this.runs.read()]);
+    const [stats, runs, waiting] = await Promise.all([
+      readStats(this.slots.limiters.values()),
+      this.runs.read(),
+      this.#waiting(tenant),
+    ]);
     const limiters = await this.slots.read(stats);
     const order = (r: RunCount) => `${r.tenant}\u0000${r.class}\u0000${r.status}`;
     const mine = <T extends { tenant: string }>(rows: T[]) =>
@@ -82,6 +93,7 @@ export class Ops {
       runs: mine(runs).sort((a, b) => order(a).localeCompare(order(b))),
       refusals: this.admissions.recent(tenant),
       gateways: this.gatewayTraffic.read(tenant),
+      waiting,
     };
   }
 

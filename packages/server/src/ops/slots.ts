@@ -92,6 +92,12 @@ export class SlotBook {
     return out.sort((a, b) => a.limiter.localeCompare(b.limiter) || a.workload.localeCompare(b.workload));
   }
 
+  /** Whether requests of this process's runs wait for a slot of `limiter` now. */
+  waiting(limiter: string): boolean {
+    for (const counts of this.#counts.get(limiter)?.values() ?? []) if (counts.queued > 0) return true;
+    return false;
+  }
+
   #closeWait(key: string): boolean {
     const open = this.#waits.get(key) ?? 0;
     if (open === 0) return false;

@@ -30,4 +30,6 @@ export interface RouteContext {
   readonly isDraining: () => boolean;
   /** Hears each admission decision (the metrics and the dashboard's refusals). */
   readonly admissions?: AdmissionHooks;
+  /** Whether the provider requests of a tenant's agent wait for slots now (a queued run's `waiting`). */
+  readonly providerWaiting?: (tenant: string, agent: string) => boolean;
 }

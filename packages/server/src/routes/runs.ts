@@ -11,6 +11,7 @@ import { createRunRoute } from './create-run.js';
 import { resumeRoute } from './resume.js';
 import { runEventsRoute } from './run-events.js';
 import { clientGone } from '../http/client-gone.js';
+import { withWaiting } from './run-waiting.js';
 
 export function runRoutes(api: FastifyInstance, ctx: RouteContext): void {
   const { db, settings } = ctx;
@@ -48,7 +49,7 @@ export function runRoutes(api: FastifyInstance, ctx: RouteContext): void {
       const run = await getRun(db, request.principal.tenant, request.params.id);
       // Another tenant's run does not exist, as far as this token can tell.
       if (!run) throw notFound(`No run \`${shown(request.params.id)}\``);
-      return toApiRun(run);
+      return (await withWaiting(ctx, run.tenant, [run]))[0];
     },
   );
 
@@ -95,12 +96,14 @@ export function runRoutes(api: FastifyInstance, ctx: RouteContext): void {
         limit: limit + 1,
         after,
       });
-      const { data, more } = fillPage(rows, limit, toApiRun);
+      const { data: rendered, more } = fillPage(rows, limit, toApiRun);
+      const page = rows.slice(0, rendered.length);
+      const data = await withWaiting(ctx, request.principal.tenant, page);
       return {
         object: 'list',
         data,
         has_more: more,
-        next_cursor: more ? encodeCursor(rows[data.length - 1]!) : null,
+        next_cursor: more ? encodeCursor(rows[page.length - 1]!) : null,
       };
     },
   );

@@ -137,6 +137,20 @@ function drawGateways(gateways) {
   );
 }
 
+function drawWaiting(waiting) {
+  fill(
+    'waiting',
+    (waiting ?? []).map((w) => {
+      const tr = document.createElement('tr');
+      tr.dataset.tenant = w.tenant;
+      tr.dataset.reason = w.reason;
+      tr.append(cell(w.tenant), cell(w.reason), cell(String(w.count), 'n'));
+      return tr;
+    }),
+    'waiting-empty',
+  );
+}
+
 function drawRefusals(refusals) {
   fill(
     'refusals',
@@ -196,6 +210,7 @@ async function poll(token, mine) {
     drawRuns(overview.runs);
     drawGateways(overview.gateways || []);
     drawRefusals(overview.refusals);
+    drawWaiting(overview.waiting);
     $('status').textContent = `updated ${new Date(overview.at).toLocaleTimeString()}`;
     document.body.dataset.updatedAt = overview.at;
   } catch (error) {

@@ -1,4 +1,5 @@
-import { describe, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
+import { describeWith } from '../../../../scripts/service-suites.js';
 import { createAgent, tool } from 'sluice';
 import { startProviderStandIn, toolThenAnswer } from '@sluice/testkit';
 import { afterThisTest, freshDatabase, postgres, startTcpProxy, startTestServer } from '../helpers.js';
@@ -6,7 +7,7 @@ import { gate } from '../process/harness.js';
 import { openStream } from '../held/sse.js';
 import { getEvents, readEvents } from './sse-get.js';
 
-describe.runIf(postgres)('a run’s events on two server processes (one PostgreSQL)', () => {
+describeWith({ PostgreSQL: postgres })('a run’s events on two server processes (one PostgreSQL)', () => {
   it('a stream cut by a proxy mid-run resumes on the other process with Last-Event-ID: every event once, in order, live', async () => {
     const toolMayReturn = gate();
     const provider = await startProviderStandIn({
