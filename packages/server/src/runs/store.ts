@@ -231,7 +231,8 @@ export async function queueCounts(db: Database, tenant: string, project: string)
   const rows = (
     await db.query<{ class: string; status: string; mine: boolean; n: number; oldest: number | null }>(
       `SELECT class, status, project = $2::text AS mine, count(*)::int AS n,
-              (extract(epoch FROM min(created_at)))::float8 AS oldest
+              -- A scheduled run was waiting only from when it became due.
+              (extract(epoch FROM min(coalesce(scheduled_for, created_at))))::float8 AS oldest
        FROM agent_runs WHERE tenant = $1::text AND status IN ('scheduled', 'queued', 'running')
        GROUP BY class, status, project = $2::text`,
       [tenant, project],

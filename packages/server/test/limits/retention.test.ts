@@ -1,7 +1,7 @@
 import { expect, it } from 'vitest';
 import type { Store } from '@sluice/server';
 import { pruneNodes } from '../../src/node/nodes.js';
-import { BATCH, expireRuns } from '../../src/runs/lifecycle.js';
+import { BATCH, expireRuns, promoteDueDeferred } from '../../src/runs/lifecycle.js';
 import { openTestStore } from '../helpers.js';
 
 const embeddedStore = (): Promise<Store> => openTestStore('pglite');
@@ -50,4 +50,27 @@ it('L13: server_nodes rows whose heartbeat is over a day old are pruned, live on
   await pruneNodes(store.db);
   const left = (await store.db.query<{ id: string }>('SELECT id FROM server_nodes ORDER BY id')).rows;
   expect(left.map((r) => r.id)).toEqual(['node_live', 'node_quiet']);
+}, 60_000);
+
+it('R19: a promoted scheduled run expires 24 h after it became due, not 24 h after it was created', async () => {
+  const store = await embeddedStore();
+  // Both created 30 h ago (past the wait if it counted from creation); due 10 h and 25 h ago.
+  await store.db.query(
+    `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, created_at, scheduled_for)
+     VALUES ('run_due_10h_ago_aaaaaaaaaaaaa', 't', 'p', 'u', 'echo', 'deferred', 'queued', 'scheduled', '"x"',
+             clock_timestamp() - interval '30 hours', clock_timestamp() - interval '10 hours'),
+            ('run_due_25h_ago_aaaaaaaaaaaaa', 't', 'p', 'u', 'echo', 'deferred', 'queued', 'scheduled', '"x"',
+             clock_timestamp() - interval '30 hours', clock_timestamp() - interval '25 hours')`,
+  );
+  expect(await promoteDueDeferred(store.db)).toBe(2);
+  expect(await expireRuns(store.db, 24 * 3_600_000)).toBe(1);
+  const rows = (
+    await store.db.query<{ id: string; status: string; type: string | null }>(
+      `SELECT id, status, error ->> 'type' AS type FROM agent_runs ORDER BY id`,
+    )
+  ).rows;
+  expect(rows).toEqual([
+    { id: 'run_due_10h_ago_aaaaaaaaaaaaa', status: 'queued', type: null },
+    { id: 'run_due_25h_ago_aaaaaaaaaaaaa', status: 'failed', type: 'expired' },
+  ]);
 }, 60_000);
