@@ -8,6 +8,7 @@ const chunks = Number(process.env.CHUNKS ?? 32);
 const text = 'x'.repeat(16 * chunks);
 const provider = await startProviderStandIn({
   reply: () => ({ text, usage: { input: 20, output: chunks * 4 } }),
+  keepAliveTimeoutMs: 120_000,
 });
 process.send!({ type: 'ready', url: provider.url });
 process.on('message', (message: { type: string }) => {

@@ -209,6 +209,7 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
       await respondResponses(request, answer, res, record, chunkDelayMs, clock.now());
     else await respondOpenAi(request, answer, res, record, chunkDelayMs, clock.now());
   }
+  if (options.keepAliveTimeoutMs !== undefined) server.keepAliveTimeout = options.keepAliveTimeoutMs;
   await new Promise<void>((resolve) => server.listen(options.port ?? 0, '127.0.0.1', resolve));
   const port = (server.address() as AddressInfo).port;
   return {

@@ -79,6 +79,11 @@ export interface StandInOptions {
   latencyMs?: number | ((request: StandInRequest) => number);
   /** Wait between streamed chunks (ms). @default 0 */
   chunkDelayMs?: number;
+  /**
+   * How long an idle kept-alive connection stays open (a benchmark's clients on a loaded machine
+   * want it long, so no request races the close). @default Node's, 5 s
+   */
+  keepAliveTimeoutMs?: number;
   /** Port on 127.0.0.1. @default 0 (any free port) */
   port?: number;
   /**

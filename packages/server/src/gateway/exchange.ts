@@ -15,6 +15,11 @@ export interface ExchangeEnd {
   /** The upstream's headers (its rate-limit figures); undefined when it never answered. */
   readonly headers: IncomingHttpHeaders | undefined;
   readonly usage: TokenCounts | undefined;
+  /**
+   * The upstream closed a kept-alive socket as this request was sent on it, before answering:
+   * nothing reached the caller, and the request may be sent again on a new connection.
+   */
+  readonly stale?: boolean;
 }
 
 /** Writes one of the gateway's own errors to a caller that has had no answer yet. */
@@ -43,7 +48,14 @@ export function writeError(
 export function pipeExchange(
   upstream: ClientRequest,
   response: ServerResponse,
-  options: { api: GatewayApi; requestId: string; lost?: AbortSignal; body: Buffer | undefined },
+  options: {
+    api: GatewayApi;
+    requestId: string;
+    lost?: AbortSignal;
+    body: Buffer | undefined;
+    /** A stale kept-alive socket ends the exchange as `stale` (to be sent again) instead of a 502. */
+    staleRetry?: boolean;
+  },
 ): { done: Promise<ExchangeEnd>; cut: () => void; answered: () => boolean } {
   const { api, requestId, lost } = options;
   let finish!: (end: ExchangeEnd) => void;
@@ -104,8 +116,20 @@ export function pipeExchange(
       end('failed', incoming.statusCode ?? 502);
     });
   });
-  upstream.once('error', () => {
+  upstream.once('error', (error: NodeJS.ErrnoException) => {
     if (ended) return;
+    if (
+      options.staleRetry &&
+      upstream.reusedSocket &&
+      reply === undefined &&
+      error.code === 'ECONNRESET' &&
+      !response.destroyed
+    ) {
+      ended = true;
+      lost?.removeEventListener('abort', onLost);
+      finish({ outcome: 'failed', status: 502, headers: undefined, usage: undefined, stale: true });
+      return;
+    }
     if (!response.headersSent) writeError(response, api, upstreamUnreachable(), requestId);
     else response.destroy();
     end('failed', reply?.statusCode ?? 502);

@@ -181,21 +181,27 @@ export class Gateways {
         },
       });
       const sentAt = performance.now();
-      const upstream = this.#pools.request(
-        gateway,
-        call.request.method ?? 'GET',
-        call.path,
-        upstreamHeaders(gateway, call.request.headers, call.body?.length ?? (model ? 0 : undefined)),
-      );
-      const piped = pipeExchange(upstream, call.response, {
-        api: gateway.api,
-        requestId: call.requestId,
-        lost: slot?.signal,
-        body: call.body,
-      });
-      open.cut = piped.cut;
-      if (gone.aborted) piped.cut();
-      const end = await piped.done;
+      let end: ExchangeEnd;
+      // A kept-alive socket the upstream closed meanwhile fails before any answer: once more on a new one.
+      for (let attempt = 0; ; attempt++) {
+        const upstream = this.#pools.request(
+          gateway,
+          call.request.method ?? 'GET',
+          call.path,
+          upstreamHeaders(gateway, call.request.headers, call.body?.length ?? (model ? 0 : undefined)),
+        );
+        const piped = pipeExchange(upstream, call.response, {
+          api: gateway.api,
+          requestId: call.requestId,
+          lost: slot?.signal,
+          body: call.body,
+          ...(attempt === 0 ? { staleRetry: true } : {}),
+        });
+        open.cut = piped.cut;
+        if (gone.aborted) piped.cut();
+        end = await piped.done;
+        if (!end.stale) break;
+      }
       const upstreamMs = performance.now() - sentAt;
       this.#parts.metrics.upstream(gateway.name, upstreamMs / 1000);
       span.setAttribute('http.response.status_code', end.status);

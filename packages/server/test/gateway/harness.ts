@@ -30,6 +30,8 @@ export interface GatewayServerOptions {
   gateway?: Partial<NonNullable<SluiceConfig['gateways']>[string]>;
   clock?: AppOptions['clock'];
   logger?: AppOptions['logger'];
+  /** Another upstream for both gateways instead of the stand-in (a server of the test's own). */
+  upstream?: string;
 }
 
 export async function startGatewayServer(options: GatewayServerOptions = {}): Promise<GatewayServer> {
@@ -47,10 +49,16 @@ export async function startGatewayServer(options: GatewayServerOptions = {}): Pr
   const config = defineConfig({
     agents: { echo: createAgent({ model, credentials: { apiKey: 'agent-key' }, concurrency: { limiter } }) },
     gateways: {
-      openai: { api: 'openai', upstream: provider.url, limiter, apiKey: UPSTREAM_KEY, ...options.gateway },
+      openai: {
+        api: 'openai',
+        upstream: options.upstream ?? provider.url,
+        limiter,
+        apiKey: UPSTREAM_KEY,
+        ...options.gateway,
+      },
       claude: {
         api: 'anthropic',
-        upstream: provider.anthropicUrl,
+        upstream: options.upstream ?? provider.anthropicUrl,
         limiter,
         apiKey: UPSTREAM_KEY,
         ...options.gateway,
