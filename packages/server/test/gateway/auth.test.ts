@@ -97,4 +97,4 @@ it('401 without a token or with a bad one, in each API shape; 403 for a gateway 
   const all = lines.join('\n');
   for (const secret of [UPSTREAM_KEY, acme, limited, reader, 'secret prompt text'])
     expect(all).not.toContain(secret);
-}, 120_000);
+}, 240_000);

@@ -39,7 +39,7 @@ it('a caller that disconnects aborts the upstream request and frees the slot', a
   const next = await openEndlessStream(client);
   expect(limiter.stats().active).toBe(1);
   await next.return?.();
-}, 120_000);
+}, 240_000);
 
 it('a lost lease aborts the upstream request and cuts the stream', async () => {
   const clock = new ManualClock();
@@ -70,7 +70,7 @@ it('a lost lease aborts the upstream request and cuts the stream', async () => {
   await until(() => s.provider.inFlight === 0, 'the upstream request is stopped');
   expect(s.provider.requests[0]!.aborted).toBe(true);
   await expect(stream.next()).rejects.toThrow();
-}, 120_000);
+}, 240_000);
 
 it('a drain refuses new gateway requests with 503, lets open ones finish, and cuts what is left at the drain time', async () => {
   const gate = heldReplies({ text: 'finished during the drain', usage: { input: 1, output: 1 } });
@@ -100,4 +100,4 @@ it('a drain refuses new gateway requests with 503, lets open ones finish, and cu
   await drained;
   expect(s.provider.inFlight).toBe(0);
   expect(s.provider.requests.map((r) => r.aborted)).toEqual([true, false]);
-}, 120_000);
+}, 240_000);

@@ -125,4 +125,4 @@ it('counts requests by gateway and status, times the upstream, draws a span with
     ['claude', { '2xx': 1 }],
     ['openai', { '4xx': 1 }],
   ]);
-}, 120_000);
+}, 240_000);

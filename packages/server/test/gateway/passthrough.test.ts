@@ -61,7 +61,7 @@ it('the openai client: chat completions, responses, embeddings and models, strea
   ]);
   for (const r of s.provider.requests) expect(r.headers.authorization).toBe(`Bearer ${UPSTREAM_KEY}`);
   expect(receivedText(s.provider)).not.toContain(token);
-}, 120_000);
+}, 240_000);
 
 it('@anthropic-ai/sdk: messages streamed and not, and count_tokens, with x-api-key', async () => {
   const s = await startGatewayServer();
@@ -105,7 +105,7 @@ it('@anthropic-ai/sdk: messages streamed and not, and count_tokens, with x-api-k
     expect(r.headers['anthropic-version']).toBeDefined();
   }
   expect(receivedText(s.provider)).not.toContain(token);
-}, 120_000);
+}, 240_000);
 
 it('hop-by-hop headers, cookies and the caller token stay here; the query goes as it came; the answer carries no upstream key', async () => {
   const s = await startGatewayServer();
@@ -142,7 +142,7 @@ it('hop-by-hop headers, cookies and the caller token stay here; the query goes a
   expect(receivedText(s.provider)).not.toContain(token);
   expect(JSON.stringify(answer)).not.toContain(UPSTREAM_KEY);
   expect(answer.headers['x-request-id']).toBeDefined();
-}, 120_000);
+}, 240_000);
 
 it('upstream errors pass through with their status and body', async () => {
   const s = await startGatewayServer({
@@ -159,4 +159,4 @@ it('upstream errors pass through with their status and body', async () => {
   expect(error).toMatchObject({ status: 400 });
   expect(error!.constructor.name).toBe('BadRequestError');
   expect(error!.message).toContain('the model refused this');
-}, 120_000);
+}, 240_000);

@@ -72,4 +72,4 @@ it('over a socket, hostile paths get 400 in the API shape and nothing reaches th
   );
   expect(await rawStatus(s.server.url, `${prefix}/models`, token)).toBe('HTTP/1.1 200 OK');
   expect(s.provider.requests.map((r) => r.path)).toEqual(['/v1/models']);
-}, 120_000);
+}, 240_000);

@@ -59,7 +59,7 @@ it('a wait past maxWaitMs and a full queue are 429 with Retry-After: RateLimitEr
   gate.releaseAll();
   await first;
   expect(s.provider.requests).toHaveLength(1);
-}, 120_000);
+}, 240_000);
 
 it('a limiter that fails is 503 in both shapes, and nothing reaches the provider', async () => {
   const inner: ConcurrencyLimiter<string> = createConcurrencyLimiter({ name: 'broken', maxConcurrent: 2 });
@@ -80,7 +80,7 @@ it('a limiter that fails is 503 in both shapes, and nothing reaches the provider
   expect(claudeError!.status).toBe(503);
   expect(claudeError!.error).toMatchObject({ type: 'error', error: { type: 'api_error' } });
   expect(s.provider.requests).toHaveLength(0);
-}, 120_000);
+}, 240_000);
 
 it("the tenant's cap bounds its gateway requests in flight; another tenant is not held back", async () => {
   const gate = heldReplies();
@@ -100,7 +100,7 @@ it("the tenant's cap bounds its gateway requests in flight; another tenant is no
   await Promise.all([first, other]);
   // The place was given back: the tenant may call again.
   expect((await chat(s.openai(small))).choices).toHaveLength(1);
-}, 120_000);
+}, 240_000);
 
 it('the run quota counts gateway requests beside runs', async () => {
   const s = await startGatewayServer({ tenants: { q: { runs: { limit: 3, per: 'day' } } } });
@@ -119,7 +119,7 @@ it('the run quota counts gateway requests beside runs', async () => {
   expect(refused).toBeInstanceOf(OpenAI.RateLimitError);
   expect(refused!.error).toMatchObject({ type: 'agent_quota_exceeded' });
   expect(s.provider.requests).toHaveLength(3);
-}, 120_000);
+}, 240_000);
 
 it('usage through a priced gateway is counted into spend: past the limit, gateway calls and runs are refused', async () => {
   // $1 per million tokens each way; each call reports 11 + 7 tokens: $0.000018.
@@ -150,7 +150,7 @@ it('usage through a priced gateway is counted into spend: past the limit, gatewa
   expect(run.status).toBe(429);
   expect(run.body.error.type).toBe('spend_limit_exceeded');
   expect(run.body.error.spent_usd).toBeCloseTo(0.000036, 12);
-}, 120_000);
+}, 240_000);
 
 it('413 from a declared Content-Length over 10 MB, before the body is read, in each shape', async () => {
   const s = await startGatewayServer();
@@ -178,4 +178,4 @@ it('413 from a declared Content-Length over 10 MB, before the body is read, in e
     expect(JSON.parse(answer.body)).toMatchObject(shape);
   }
   expect(s.provider.requests).toHaveLength(0);
-}, 120_000);
+}, 240_000);

@@ -26,7 +26,7 @@ it('20 concurrent calls through a limiter of 3 reach the provider at most 3 at a
   expect(s.provider.requests).toHaveLength(20);
   expect(s.provider.peakInFlight).toBe(3);
   expect(limiter.stats()).toMatchObject({ active: 0, queued: 0 });
-}, 120_000);
+}, 240_000);
 
 it('a Sluice agent and gateway callers on one limiter together never exceed it', async () => {
   const gate = heldReplies();
@@ -53,7 +53,7 @@ it('a Sluice agent and gateway callers on one limiter together never exceed it',
   await until(async () => (await ended()) === 'succeeded', 'the run ends');
   expect(s.provider.requests).toHaveLength(4);
   expect(s.provider.peakInFlight).toBe(2);
-}, 120_000);
+}, 240_000);
 
 it("the slot is held with the estimate and released with the response's usage: the token budget is settled to it", async () => {
   const gate = heldReplies({ text: 'ok', usage: { input: 11, output: 7 } });
@@ -82,4 +82,4 @@ it("the slot is held with the estimate and released with the response's usage: t
   await until(() => limiter.stats().active === 0, 'the slot is released');
   // Settled to the usage the response reported: 11 + 7.
   expect(100_000 - available()).toBe(18);
-}, 120_000);
+}, 240_000);

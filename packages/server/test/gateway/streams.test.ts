@@ -94,7 +94,7 @@ it('SSE passes through chunk by chunk, unbuffered, with X-Accel-Buffering: no; t
       outputTokens: 9,
     },
   ]);
-}, 120_000);
+}, 240_000);
 
 it('the body of a JSON answer is the upstream body, byte for byte', async () => {
   const body =
@@ -121,7 +121,7 @@ it('the body of a JSON answer is the upstream body, byte for byte', async () => 
   });
   expect(await answer.text()).toBe(body);
   expect(answer.headers.get('content-length')).toBe(String(Buffer.byteLength(body)));
-}, 120_000);
+}, 240_000);
 
 it('a kept-alive upstream socket closed under a request is retried once on a new connection', async () => {
   let requests = 0;
@@ -163,4 +163,4 @@ it('a kept-alive upstream socket closed under a request is retried once on a new
   expect((await ask()).choices[0]!.message.content).toBe('answer 1');
   expect((await ask()).choices[0]!.message.content).toBe('answer 3');
   expect(requests).toBe(3);
-}, 120_000);
+}, 240_000);
