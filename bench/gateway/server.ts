@@ -42,3 +42,6 @@ process.on('message', (message: { type: string }) => {
     process.exit(0);
   });
 });
+
+// Gone with the bench: a parent that died does not leave this process behind.
+process.once('disconnect', () => process.exit(0));

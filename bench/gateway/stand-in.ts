@@ -14,3 +14,6 @@ process.send!({ type: 'ready', url: provider.url });
 process.on('message', (message: { type: string }) => {
   if (message.type === 'stop') void provider.close().then(() => process.exit(0));
 });
+
+// Gone with the bench: a parent that died does not leave this process behind.
+process.once('disconnect', () => process.exit(0));
