@@ -8,7 +8,7 @@ import tseslint from 'typescript-eslint';
  * refusals with codes), and only the HTTP layer turns that into statuses and bodies. So these
  * folders may not reach up into `http/` or `routes/`.
  */
-const serverLowerLayers = ['runs', 'threads', 'cache', 'callbacks'].map(
+const serverLowerLayers = ['runs', 'threads', 'cache', 'callbacks', 'media'].map(
   (folder) => `packages/server/src/${folder}/**/*.ts`,
 );
 

@@ -25,6 +25,7 @@ import { checkUpgrade, installWebsocket, wsRoutes } from './routes/ws.js';
 import type { WsSession } from './routes/ws-session.js';
 import { agUiRoutes } from './agui/route.js';
 import { threadRoutes } from './routes/threads.js';
+import { fileRoutes } from './routes/files.js';
 import { triggerRoutes, webhookRoutes } from './routes/triggers.js';
 import { TICK_CHECK_MS, TriggerTicker } from './triggers/ticker.js';
 import { openAiRoutes } from './openai/routes.js';
@@ -281,6 +282,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
       openAiRoutes(api, ctx);
       triggerRoutes(api, ctx);
       agUiRoutes(api, ctx);
+      await api.register(async (files) => fileRoutes(files, ctx));
     },
     { prefix: '/api/client/v1' },
   );

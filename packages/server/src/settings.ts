@@ -73,6 +73,8 @@ export interface ServerSettings {
   wsMaxConnections: number;
   /** SLUICE_WS_MAX_CONNECTIONS_PER_USER (`websocket.maxConnectionsPerUser`): those of one user; 0 = no cap. */
   wsMaxConnectionsPerUser: number;
+  /** MEDIA_MAX_SIZE_MB: the largest file `POST /files` stores, in MiB; a larger one is 413. */
+  mediaMaxSizeMb: number;
 }
 
 /** The `websocket` block of a config: the connection caps of `GET /ws`. */
@@ -137,6 +139,7 @@ export const settingDefaults: ServerSettings = Object.freeze({
   trustProxyHops: 0,
   wsMaxConnections: 1_000,
   wsMaxConnectionsPerUser: 10,
+  mediaMaxSizeMb: 25,
 });
 
 type NumericKey = {
@@ -182,6 +185,8 @@ const numeric: Record<NumericKey, { variable: string; min: number; max: number }
   trustProxyHops: { variable: 'SLUICE_TRUST_PROXY_HOPS', min: 0, max: 10 },
   wsMaxConnections: { variable: 'SLUICE_WS_MAX_CONNECTIONS', min: 1, max: 1_000_000 },
   wsMaxConnectionsPerUser: { variable: 'SLUICE_WS_MAX_CONNECTIONS_PER_USER', min: 0, max: 1_000_000 },
+  // A file is held in memory while it is received and stored as one bytea value (1 GB at most).
+  mediaMaxSizeMb: { variable: 'MEDIA_MAX_SIZE_MB', min: 1, max: 512 },
 };
 
 /** A setting that cannot be used, naming its variable, its range and the value given. */

@@ -48,7 +48,7 @@ export type {
   ToolDecision,
 } from './agent/approvals.js';
 export { askHuman } from './agent/questions.js';
-export type { ChatMessage } from './agent/conversation.js';
+export type { ChatMessage, ChatPart } from './agent/conversation.js';
 export type { ToolEvent } from './agent/run-events.js';
 export { RepairLimitError, RunTimeoutError } from './agent/errors.js';
 export type { CompactionOptions, RetryOptions, RunBounds } from './agent/options.js';

@@ -12,6 +12,7 @@ export type {
   ProviderStandIn,
   Reply,
   RequestRecord,
+  StandInImage,
   StandInLimits,
   StandInOptions,
   StandInRequest,

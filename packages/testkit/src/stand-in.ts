@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { isRefusal, ProviderAccount, type Admission } from './account.js';
 import { accountHeaders, refusalBody } from './account-headers.js';
 import { fromAnthropic, respondAnthropic } from './anthropic.js';
+import { imageNotes, imagesOf } from './images.js';
 import { respondOpenAi } from './openai.js';
 import {
   fromResponsesInput,
@@ -81,6 +82,7 @@ function toStandInRequest(
         : ((body.tools as { name?: string }[] | undefined) ?? []).map((t) => ({
             function: { name: t.name },
           })),
+    images: imagesOf(protocol, body),
     stream: body.stream === true,
     apiKey:
       protocol === 'openai'
@@ -102,6 +104,7 @@ function newRecord(index: number, req: IncomingMessage): RequestRecord {
     apiKey: undefined,
     stream: false,
     messageCount: 0,
+    images: [],
     status: undefined,
     aborted: false,
     done: false,
@@ -126,7 +129,9 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
   let counter = 0;
   const records: RequestRecord[] = [];
   let idleWaiters: (() => void)[] = [];
-  const reply = options.reply ?? ((r: StandInRequest) => ({ text: `Echo: ${lastUserText(r.messages)}` }));
+  const reply =
+    options.reply ??
+    ((r: StandInRequest) => ({ text: `Echo: ${lastUserText(r.messages)}${imageNotes(r.images)}` }));
 
   const server = createServer((req, res) => {
     void handle(req, res).catch(() => {
@@ -176,6 +181,7 @@ export async function startProviderStandIn(options: StandInOptions = {}): Promis
       apiKey: request.apiKey,
       stream: request.stream,
       messageCount: request.messages.length,
+      images: request.images.map(({ data: _data, ...rest }) => rest),
     });
     if (account) {
       const outcome = account.admit(promptTokens(request) + outputCap(body));

@@ -35,10 +35,22 @@ export interface StandInRequest {
     tool_calls?: unknown[];
   }[];
   readonly tools: readonly { function?: { name?: string } }[];
+  /** The images of the user messages, in order, whichever protocol carried them. */
+  readonly images: readonly StandInImage[];
   readonly stream: boolean;
   /** The bearer token the client sent. */
   readonly apiKey: string | undefined;
   readonly body: Record<string, unknown>;
+}
+
+/** An image a request carried: its bytes (base64) and their size and SHA-256, to compare with what was sent. */
+export interface StandInImage {
+  readonly mimeType: string;
+  readonly data: string;
+  readonly bytes: number;
+  readonly sha256: string;
+  /** Set for an image sent by remote URL instead of bytes (then `data` is empty). */
+  readonly url?: string;
 }
 
 export interface RequestRecord {
@@ -52,6 +64,8 @@ export interface RequestRecord {
   readonly apiKey: string | undefined;
   readonly stream: boolean;
   readonly messageCount: number;
+  /** The images the request carried: mime type, size and SHA-256 (not the bytes). */
+  readonly images: readonly Omit<StandInImage, 'data'>[];
   status: number | undefined;
   /** Which of the account's limits refused the request with a 429; undefined when none did. */
   rateLimited?: LimitName | undefined;
@@ -73,7 +87,7 @@ export interface StandInLimits {
 export type LimitName = 'concurrent' | 'requests' | 'tokens';
 
 export interface StandInOptions {
-  /** Decides each reply. Default: echo the last user message. */
+  /** Decides each reply. Default: echo the last user message, and note each image (` [image image/png, 68 bytes]`). */
   reply?: (request: StandInRequest) => Reply | Promise<Reply>;
   /** Wait before the response starts (ms), or a function of the request. @default 0 */
   latencyMs?: number | ((request: StandInRequest) => number);

@@ -190,6 +190,8 @@ export function runRefusalError(refusal: RunRefusal): HttpError {
     }
     case 'thread_missing':
       return notFound(`No thread \`${shown(refusal.threadId)}\``);
+    case 'file_missing':
+      return new HttpError(404, type, `No file \`${shown(refusal.fileId)}\``, { field: refusal.field });
     case 'thread_busy':
       return new HttpError(
         409,

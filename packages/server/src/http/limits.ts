@@ -8,7 +8,7 @@ export const requestLimits = Object.freeze({
   textChars: 1_000_000,
 });
 
-type Message = { role: string; content: string | { type: string; text: string }[] };
+type Message = { role: string; content: string | { type: string; text?: string }[] };
 
 const what = {
   messages: 'messages; the limit is',
@@ -46,7 +46,8 @@ export function checkInput(input: string | Message[], field = 'input'): void {
       if (message.content.length > requestLimits.contentBlocks) {
         throw tooLarge('content_blocks', message.content.length, requestLimits.contentBlocks, where);
       }
-      for (const block of message.content) chars += block.text.length;
+      // Images are not text: their bytes are bounded by the body limit or by MEDIA_MAX_SIZE_MB.
+      for (const block of message.content) chars += block.text?.length ?? 0;
     }
   });
   if (chars > requestLimits.textChars) throw tooLarge('text_chars', chars, requestLimits.textChars, field);

@@ -22,7 +22,33 @@ const textBlock = {
   type: 'object',
   required: ['type', 'text'],
   additionalProperties: false,
-  properties: { type: { type: 'string', enum: ['text'] }, text: { type: 'string', pattern: storableText } },
+  properties: {
+    type: { type: 'string', enum: ['text', 'input_text'] },
+    text: { type: 'string', pattern: storableText },
+  },
+} as const;
+
+/** An image: an uploaded file's id, or a data: URL (media/parts.ts checks which, and the URL). */
+const imageBlock = {
+  type: 'object',
+  required: ['type'],
+  additionalProperties: false,
+  properties: {
+    type: { type: 'string', enum: ['input_image'] },
+    file_id: { type: 'string', minLength: 1, maxLength: 200 },
+    image_url: { type: 'string', minLength: 1 },
+    detail: { type: 'string', enum: ['auto', 'low', 'high'] },
+  },
+} as const;
+
+/** A content block: text (`text` or the Responses API's `input_text`), or an `input_image`. */
+const contentBlock = {
+  type: 'object',
+  required: ['type'],
+  properties: { type: { type: 'string', enum: ['text', 'input_text', 'input_image'] } },
+  if: { properties: { type: { const: 'input_image' } } },
+  then: imageBlock,
+  else: textBlock,
 } as const;
 
 export const messageSchema = {
@@ -30,12 +56,14 @@ export const messageSchema = {
   required: ['role', 'content'],
   additionalProperties: false,
   properties: {
+    // The Responses API's input items say `type: 'message'`; the runs API takes them as they are.
+    type: { type: 'string', enum: ['message'] },
     role: { type: 'string', enum: ['user', 'assistant', 'system'] },
     content: {
       anyOf: [
         { type: 'string', minLength: 1, pattern: storableText },
         // Past 100 blocks the answer is 413 (http/limits.ts); this bound only keeps validation cheap.
-        { type: 'array', minItems: 1, maxItems: 100_000, items: textBlock },
+        { type: 'array', minItems: 1, maxItems: 100_000, items: contentBlock },
       ],
     },
   },
@@ -202,7 +230,8 @@ export const listRunsQuery = {
 export const expectations: Record<string, string> = {
   input: 'be a non-empty string or a non-empty list of messages `{ role, content }`',
   run_at: 'be an RFC 3339 time with an offset (e.g. 2030-01-01T09:00:00Z) or whole epoch seconds',
-  content: 'be a non-empty string or a non-empty list of `{ type: "text", text }` blocks',
+  content:
+    'be a non-empty string or a non-empty list of `{ type: "text", text }` and `{ type: "input_image", file_id }` blocks',
   'metadata.*': 'be a string of at most 512 characters, a number, a boolean or null',
   limit: 'be a whole number from 1 to 1000 (larger values give 1000)',
 };

@@ -1,14 +1,13 @@
 import { HttpError, badRequest, shown } from '../http/errors.js';
+import { imagePart, type StoredMessage, type StoredPart } from '../media/parts.js';
 
 /**
- * What the OpenAI endpoints are sent, turned into a run's messages. Only text is understood:
- * an image, a file or a tool call item is refused naming where it is, never dropped quietly.
+ * What the OpenAI endpoints are sent, turned into a run's messages. Text and images are
+ * understood: a file, an audio part or a tool call item is refused naming where it is, never
+ * dropped quietly.
  */
 
-export type RunMessage = {
-  role: 'user' | 'assistant' | 'system';
-  content: string | { type: 'text'; text: string }[];
-};
+export type RunMessage = StoredMessage;
 
 const roles: Record<string, RunMessage['role']> = {
   user: 'user',
@@ -31,19 +30,37 @@ export function agentOfModel(model: string, exists: (name: string) => boolean): 
   return name;
 }
 
-function textParts(content: unknown, where: string, kinds: string[]): RunMessage['content'] {
+type Part = { type?: unknown; text?: unknown; file_id?: unknown; image_url?: unknown };
+
+/**
+ * A message's content as a run's: text parts of the given kinds, and images as the endpoint
+ * sends them (`input_image` with `file_id` or `image_url` on /responses, `image_url` with
+ * `{ url }` on /chat/completions), kept by reference or data: URL (media/parts.ts).
+ */
+function contentParts(
+  content: unknown,
+  where: string,
+  kinds: string[],
+  image: 'input_image' | 'image_url',
+): RunMessage['content'] {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content))
     throw badRequest(`Expected \`${where}\` to be a string or a list of parts`, { field: where });
-  return content.map((part: { type?: unknown; text?: unknown }, i) => {
-    if (kinds.includes(String(part?.type)) && (typeof part.text !== 'string' || part.text === '')) {
+  return content.map((part: Part, i): StoredPart => {
+    const type = String(part?.type);
+    if (type === image) {
+      if (image === 'input_image') return imagePart(part, `${where}.${i}`);
+      const url = (part.image_url as { url?: unknown } | undefined)?.url;
+      return imagePart({ image_url: url }, `${where}.${i}`, `${where}.${i}.image_url.url`);
+    }
+    if (kinds.includes(type) && (typeof part.text !== 'string' || part.text === '')) {
       throw badRequest(`Expected \`${where}.${i}.text\` to be a non-empty string`, {
         field: `${where}.${i}.text`,
       });
     }
-    if (!kinds.includes(String(part?.type))) {
+    if (!kinds.includes(type)) {
       throw badRequest(
-        `\`${where}.${i}\` is a \`${shown(part?.type)}\` part; only ${kinds.join(' and ')} parts are understood`,
+        `\`${where}.${i}\` is a \`${shown(part?.type)}\` part; only ${[...kinds, image].join(', ')} parts are understood`,
         { field: `${where}.${i}.type` },
       );
     }
@@ -68,7 +85,10 @@ export function responsesInput(input: unknown): string | RunMessage[] {
       throw badRequest(`Unknown role \`${shown(item.role)}\` in \`input.${i}\``, {
         field: `input.${i}.role`,
       });
-    return { role, content: textParts(item.content, `input.${i}.content`, ['input_text', 'output_text']) };
+    return {
+      role,
+      content: contentParts(item.content, `input.${i}.content`, ['input_text', 'output_text'], 'input_image'),
+    };
   });
 }
 
@@ -83,6 +103,6 @@ export function chatInput(messages: { role?: unknown; content?: unknown }[]): Ru
           field: `messages.${i}.role`,
         },
       );
-    return { role, content: textParts(m.content, `messages.${i}.content`, ['text']) };
+    return { role, content: contentParts(m.content, `messages.${i}.content`, ['text'], 'image_url') };
   });
 }

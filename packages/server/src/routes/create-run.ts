@@ -16,11 +16,34 @@ import {
   type RunRequest,
   type Waited,
 } from '../runs/submission.js';
+import { imagePart, type StoredMessage } from '../media/parts.js';
 import type { OnBusy } from '../threads/hold.js';
 import type { RouteContext } from './context.js';
 import { streamRun } from './stream-run.js';
 
-type Message = { role: 'user' | 'assistant' | 'system'; content: string | { type: 'text'; text: string }[] };
+type Block =
+  | { type: 'text' | 'input_text'; text: string }
+  | { type: 'input_image'; file_id?: string; image_url?: string; detail?: string };
+type Message = { type?: 'message'; role: 'user' | 'assistant' | 'system'; content: string | Block[] };
+
+/**
+ * The runs API's input as a run stores it: messages as `{ role, content }`, `input_text` parts
+ * as `text`, image parts checked and kept by reference or data: URL (media/parts.ts).
+ */
+function storedInput(input: string | Message[], field: string): string | StoredMessage[] {
+  if (typeof input === 'string') return input;
+  return input.map((m, i) => ({
+    role: m.role,
+    content:
+      typeof m.content === 'string'
+        ? m.content
+        : m.content.map((part, j) =>
+            part.type === 'input_image'
+              ? imagePart(part, `${field}.${i}.content.${j}`)
+              : { type: 'text' as const, text: part.text },
+          ),
+  }));
+}
 
 interface CreateRunBody {
   input?: string | Message[];
@@ -85,10 +108,11 @@ export function createRunRoute(api: FastifyInstance, ctx: RouteContext): void {
       const body = request.body ?? {};
       if (body.input !== undefined && body.messages !== undefined)
         throw badRequest('Give `input` or `messages`, not both', { field: 'messages' });
-      const input = body.messages ?? body.input;
-      if (input === undefined)
+      const given = body.messages ?? body.input;
+      if (given === undefined)
         throw badRequest('Expected `input` (a string or messages) or `messages`', { field: 'input' });
-      checkInput(input, body.messages ? 'messages' : 'input');
+      checkInput(given, body.messages ? 'messages' : 'input');
+      const input = storedInput(given, body.messages ? 'messages' : 'input');
       let callbackUrl: string | undefined;
       if (body.callback_url !== undefined) {
         const checked = await ctx.checkCallbackUrl(body.callback_url);

@@ -1,5 +1,7 @@
+import type { SqlClient } from '@sluice/postgres/database';
 import type { ChatMessage } from 'sluice';
 import { ConcurrencyError, RepairLimitError } from 'sluice';
+import { FileGoneError, hasImages, resolveMessages, type StoredMessage } from '../media/parts.js';
 import { cleanText } from './json.js';
 
 /** What goes into an agent run from a stored run, and what comes out of it into the store. */
@@ -24,10 +26,12 @@ export function answerOf(input: unknown, runMessages: readonly unknown[]): strin
   return text;
 }
 
-type StoredContent = string | { text: string }[];
+type StoredContent = string | { type: string; text?: string }[];
 
 const textOf = (content: StoredContent): string =>
-  typeof content === 'string' ? content : content.map((b) => b.text).join('\n');
+  typeof content === 'string'
+    ? content
+    : content.flatMap((b) => (typeof b.text === 'string' ? [b.text] : [])).join('\n');
 
 export const toChatMessage = (m: { role: ChatMessage['role']; content: unknown }): ChatMessage => ({
   role: m.role,
@@ -42,12 +46,36 @@ export function chatMessages(input: unknown): string | ChatMessage[] {
   return JSON.stringify(input);
 }
 
+/** A stored input as the agent's prompt, with the bytes of its images read (see media/parts.ts). */
+export async function promptOf(
+  db: SqlClient,
+  tenant: string,
+  input: unknown,
+): Promise<string | ChatMessage[]> {
+  if (!hasImages(input)) return chatMessages(input);
+  return resolveMessages(db, tenant, input as StoredMessage[], 'fail');
+}
+
+/** A thread's earlier messages as the agent's history; an image deleted since is said to be. */
+export async function historyMessages(
+  db: SqlClient,
+  tenant: string,
+  history: { role: ChatMessage['role']; content: unknown }[],
+): Promise<ChatMessage[]> {
+  if (!hasImages(history)) return history.map(toChatMessage);
+  return resolveMessages(db, tenant, history as StoredMessage[], 'note');
+}
+
 /**
  * What a client sees of a failure. Sluice's own errors say what happened in our words; other
  * errors (a provider's body, a network error naming an internal host) stay in the server log.
  */
 export function publicMessage(error: unknown, runId: string): string {
-  if (error instanceof ConcurrencyError || error instanceof RepairLimitError)
+  if (
+    error instanceof ConcurrencyError ||
+    error instanceof RepairLimitError ||
+    error instanceof FileGoneError
+  )
     return cleanText(error.message).slice(0, 2_000);
   const name = error instanceof Error ? error.name : typeof error;
   return `The agent failed (${name}); the server log has the details under run ${runId}`;

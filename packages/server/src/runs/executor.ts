@@ -16,7 +16,7 @@ import type { ServerSettings } from '../settings.js';
 import { tuning } from '../tuning.js';
 import { finishRun, pauseRun, type Outcome, type Pause, type RunClass } from './lifecycle.js';
 import type { RunEvents } from './events.js';
-import { answerOf, chatMessages, publicMessage, toChatMessage } from './agent-io.js';
+import { answerOf, historyMessages, promptOf, publicMessage } from './agent-io.js';
 import { historyOf, newThreadMessages, threadLeaseMs } from '../threads/store.js';
 import { resumption } from './approvals.js';
 import { claimDefaultRun, claimDeferredRun } from './claims.js';
@@ -196,7 +196,7 @@ export class Executor {
       // Each class's provider requests go in its workload of the agent's limiter (config.classes).
       const workload = workloadOf(this.config, run.class, agent);
       const options = {
-        history: history.map(toChatMessage),
+        history: await historyMessages(this.db, run.tenant, history),
         signal,
         // Tenants sharing a provider limiter take turns in its queue (fair queuing by key).
         concurrency: { key: tenantKey(run.tenant), ...(workload === undefined ? {} : { workload }) },
@@ -210,7 +210,10 @@ export class Executor {
       };
       const result = run.resuming
         ? await this.#resume(agent as Agent<string>, run, options)
-        : await (agent as Agent<string>).run({ prompt: chatMessages(run.input), ...options });
+        : await (agent as Agent<string>).run({
+            prompt: await promptOf(this.db, run.tenant, run.input),
+            ...options,
+          });
       if (result.status === 'requires_action') {
         return {
           status: 'requires_action',

@@ -11,6 +11,8 @@ export type RunRefusal =
   | Refusal
   | InvalidInput
   | { kind: 'thread_missing'; threadId: string }
+  /** An image part names a file the tenant does not have (another tenant's is not there either). */
+  | { kind: 'file_missing'; fileId: string; field: string }
   /** The thread stayed busy for the whole wait. */
   | { kind: 'thread_busy'; threadId: string; activeRunId: string | null; waitedMs: number }
   /** The thread's run waits for a person: waiting behind it is pointless. */
@@ -46,6 +48,7 @@ export function refusalCode(refusal: RunRefusal): string {
     case 'invalid_input':
       return 'invalid_request';
     case 'thread_missing':
+    case 'file_missing':
       return 'not_found';
     case 'thread_requires_action':
       return 'thread_requires_action';

@@ -1,6 +1,8 @@
 import type { Database } from '@sluice/postgres/database';
 import type { Clock } from 'sluice/concurrency';
 import { placeKeys, type Places } from '../cache/places.js';
+import { agentFor, type SluiceConfig } from '../config.js';
+import { checkRunImages } from '../media/parts.js';
 import type { AdmissionHooks } from '../ops/admissions.js';
 import type { ServerSettings } from '../settings.js';
 import type { Principal } from '../store/tokens.js';
@@ -35,6 +37,8 @@ import type { RunWaiters } from './waiters.js';
 /** What submission needs of the app (the routes' context has all of it). */
 export interface SubmissionDeps {
   readonly db: Database;
+  /** The agents, for what a run's input may hold (images, for a model that reads them). */
+  readonly config: SluiceConfig;
   readonly settings: ServerSettings;
   readonly executor: Executor;
   readonly waiters: RunWaiters;
@@ -222,6 +226,13 @@ async function newRunOf(
   if (request.threadId !== undefined && !thread) {
     throw new RunRefusedError({ kind: 'thread_missing', threadId: request.threadId });
   }
+  await checkRunImages(
+    deps.db,
+    who.tenant,
+    request.input,
+    field,
+    takesImages(deps.config, who, request.agent),
+  );
   return {
     id: newRunId(),
     agent: request.agent,
@@ -236,6 +247,12 @@ async function newRunOf(
     config: runConfig(request.config, deps.settings, held),
     apiRequest: request.apiRequest,
   };
+}
+
+/** Whether the agent's model reads images: a sluice agent says so (`modelInput`); any other object is taken to. */
+function takesImages(config: SluiceConfig, who: Principal, name: string): boolean {
+  const agent = agentFor(config, who.tenant, name) as { modelInput?: readonly string[] } | undefined;
+  return agent?.modelInput?.includes('image') ?? true;
 }
 
 async function queuedRunOf(deps: SubmissionDeps, who: Principal, request: RunRequest): Promise<NewRun> {

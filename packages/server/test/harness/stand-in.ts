@@ -1,9 +1,12 @@
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
 import { afterThisTest } from './registry.js';
 
-/** The last user message of a stand-in request. */
-export const lastUserText = (r: { messages: readonly { role: string; content?: unknown }[] }) =>
-  String([...r.messages].reverse().find((m) => m.role === 'user')?.content ?? '');
+/** The text of the last user message of a stand-in request (its text parts, when it has parts). */
+export const lastUserText = (r: { messages: readonly { role: string; content?: unknown }[] }) => {
+  const content = [...r.messages].reverse().find((m) => m.role === 'user')?.content;
+  if (Array.isArray(content)) return content.map((p: { text?: unknown }) => String(p?.text ?? '')).join('');
+  return String(content ?? '');
+};
 
 /** Dollars per million tokens, each way. */
 export interface Price {

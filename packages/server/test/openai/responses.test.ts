@@ -233,7 +233,7 @@ describe('POST /responses with the official openai client', () => {
           { role: 'user', content: [{ type: 'input_image', image_url: 'http://x/y.png', detail: 'auto' }] },
         ],
       }),
-    ).rejects.toMatchObject({ status: 400, param: 'input.0.content.0.type' });
+    ).rejects.toMatchObject({ status: 400, param: 'input.0.content.0.image_url' });
     await expect(
       client.responses.create({ model: 'agent:echo', input: 'c'.repeat(1_000_001) }),
     ).rejects.toMatchObject({ status: 413, code: 'request_too_large' });

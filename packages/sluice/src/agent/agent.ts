@@ -74,6 +74,11 @@ export class Agent<W extends string = never> {
     return limiter.validateWorkload ? limiter.validateWorkload(workload) : (workload as W);
   }
 
+  /** What the agent's model reads (`'text'`, and `'image'` when it takes images): a server checks a run's input against it. */
+  get modelInput(): readonly ('text' | 'image')[] {
+    return this.#model.input;
+  }
+
   /**
    * The agent's own limiter, if it has one (not a parent's, which is known only inside a run).
    * A server reads it to report every limiter's slots, including those no run has touched yet.

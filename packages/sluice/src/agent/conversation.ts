@@ -1,10 +1,13 @@
 import type { Api, AssistantMessage, Message, Model } from '@mariozechner/pi-ai';
 import { fail } from './options.js';
 
+/** A part of a message: text, or an image as base64 bytes with its mime type (user messages only). */
+export type ChatPart = { type: 'text'; text: string } | { type: 'image'; data: string; mimeType: string };
+
 /** A message of a conversation, as a run server keeps it. */
 export interface ChatMessage {
   role: 'user' | 'assistant' | 'system';
-  content: string;
+  content: string | readonly ChatPart[];
 }
 
 /** What a run sends: its system prompt, the earlier conversation, and the run's new messages. */
@@ -27,9 +30,38 @@ function checkMessages(field: string, value: unknown): readonly ChatMessage[] {
     if (typeof role !== 'string' || !roles.includes(role)) {
       fail(`${field}[${i}].role`, `one of ${roles.join(', ')}`, role);
     }
-    if (typeof content !== 'string') fail(`${field}[${i}].content`, 'a string', content);
+    if (typeof content === 'string') return;
+    if (!Array.isArray(content)) fail(`${field}[${i}].content`, 'a string or a list of parts', content);
+    content.forEach((part: unknown, j) => checkPart(`${field}[${i}].content[${j}]`, part, role));
   });
   return value as readonly ChatMessage[];
+}
+
+function checkPart(field: string, part: unknown, role: string): void {
+  const { type, text, data, mimeType } = (part ?? {}) as Record<string, unknown>;
+  if (type === 'text') {
+    if (typeof text !== 'string') fail(`${field}.text`, 'a string', text);
+    return;
+  }
+  if (type !== 'image') fail(`${field}.type`, "'text' or 'image'", type);
+  if (role !== 'user')
+    fail(`${field}.type`, `'text' (images go in user messages, this one is ${role})`, type);
+  if (typeof data !== 'string' || data === '') fail(`${field}.data`, 'base64 image bytes', data);
+  if (typeof mimeType !== 'string' || !mimeType.startsWith('image/'))
+    fail(`${field}.mimeType`, 'an image mime type', mimeType);
+}
+
+/** Refuses images for a model that takes text only, rather than let pi-ai swap them for a placeholder. */
+function checkModelTakes(field: string, messages: readonly ChatMessage[], model: Model<Api>): void {
+  if (model.input.includes('image')) return;
+  messages.forEach((m, i) => {
+    if (typeof m.content === 'string') return;
+    const j = m.content.findIndex((part) => part.type === 'image');
+    if (j >= 0)
+      throw new TypeError(
+        `\`${field}[${i}].content[${j}]\` is an image, and model \`${model.provider}/${model.id}\` takes text only`,
+      );
+  });
 }
 
 /**
@@ -51,6 +83,8 @@ export function toConversation(
   const earlier = history === undefined ? [] : checkMessages('history', history);
   const asked: readonly ChatMessage[] =
     typeof prompt === 'string' ? [{ role: 'user', content: prompt }] : checkMessages('prompt', prompt);
+  checkModelTakes('history', earlier, model);
+  checkModelTakes('prompt', asked, model);
   if (!asked.some((m) => m.role !== 'system')) {
     fail('prompt', 'a list with at least one user or assistant message', prompt);
   }
@@ -64,9 +98,20 @@ export function toConversation(
 }
 
 function loopMessage(m: ChatMessage, model: Model<Api>, now: number): Message {
-  return m.role === 'user'
-    ? { role: 'user', content: m.content, timestamp: now }
-    : assistantMessage(model, [{ type: 'text', text: m.content }], now);
+  if (m.role !== 'user') return assistantMessage(model, [{ type: 'text', text: textOf(m) }], now);
+  if (typeof m.content === 'string') return { role: 'user', content: m.content, timestamp: now };
+  const content = m.content.map((part) =>
+    part.type === 'text'
+      ? { type: 'text' as const, text: part.text }
+      : { type: 'image' as const, data: part.data, mimeType: part.mimeType },
+  );
+  return { role: 'user', content, timestamp: now };
+}
+
+/** The text of a message (its text parts, one per line). */
+function textOf(m: ChatMessage): string {
+  if (typeof m.content === 'string') return m.content;
+  return m.content.flatMap((part) => (part.type === 'text' ? [part.text] : [])).join('\n');
 }
 
 /**
@@ -75,11 +120,12 @@ function loopMessage(m: ChatMessage, model: Model<Api>, now: number): Message {
  */
 export function resumedHistory(history: unknown, model: Model<Api>, now: number): Message[] {
   const earlier = history === undefined ? [] : checkMessages('history', history);
+  checkModelTakes('history', earlier, model);
   return earlier.filter((m) => m.role !== 'system').map((m) => loopMessage(m, model, now));
 }
 
 function systemText(m: ChatMessage): string[] {
-  return m.role === 'system' ? [m.content] : [];
+  return m.role === 'system' ? [textOf(m)] : [];
 }
 
 /**

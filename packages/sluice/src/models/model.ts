@@ -20,6 +20,8 @@ export type ModelSpec =
       maxTokens?: number;
       /** Prices per million tokens, for usage cost. @default all 0 */
       cost?: { input: number; output: number; cacheRead?: number; cacheWrite?: number };
+      /** What the model reads: `['text']` for one that takes no images. @default ['text', 'image'] */
+      input?: ('text' | 'image')[];
     };
 
 /** One API key; a list is tried in order (credential fallback). */
@@ -68,7 +70,7 @@ export function resolveModel(spec: ModelSpec): Model<Api> {
     provider: spec.provider,
     baseUrl: spec.baseUrl ?? defaultBaseUrls[spec.api]!,
     reasoning: false,
-    input: ['text'],
+    input: inputKinds(spec.input),
     cost: {
       input: spec.cost?.input ?? 0,
       output: spec.cost?.output ?? 0,
@@ -78,6 +80,23 @@ export function resolveModel(spec: ModelSpec): Model<Api> {
     contextWindow: spec.contextWindow ?? modelDefaults.contextWindow,
     maxTokens: spec.maxTokens ?? modelDefaults.maxTokens,
   };
+}
+
+const kinds: readonly string[] = ['text', 'image'];
+
+function inputKinds(given: unknown): ('text' | 'image')[] {
+  if (given === undefined) return ['text', 'image'];
+  if (
+    !Array.isArray(given) ||
+    !given.includes('text') ||
+    given.some((kind) => !kinds.includes(kind as string)) ||
+    new Set(given).size !== given.length
+  ) {
+    throw new TypeError(
+      `Expected \`model.input\` to be ['text'] or ['text', 'image'], got \`${JSON.stringify(given) ?? String(given)}\``,
+    );
+  }
+  return [...(given as ('text' | 'image')[])];
 }
 
 /** The credentials to try, in order: the given ones, else the provider's usual environment variable. */
