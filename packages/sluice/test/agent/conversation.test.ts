@@ -159,9 +159,9 @@ describe('bad prompt and history shapes', () => {
       'Expected `prompt[2].role` to be one of user, assistant, system, got `"bot"`',
     ],
     [
-      'a content that is not a string',
-      { prompt: [{ role: 'user', content: [{ type: 'text', text: 'x' }] }] },
-      'Expected `prompt[0].content` to be a string, got `[{"type":"text","text":"x"}]`',
+      'a content that is neither a string nor a list of parts',
+      { prompt: [{ role: 'user', content: { type: 'text', text: 'x' } }] },
+      'Expected `prompt[0].content` to be a string or a list of parts, got `{"type":"text","text":"x"}`',
     ],
     [
       'a message that is not an object',
@@ -181,7 +181,7 @@ describe('bad prompt and history shapes', () => {
     [
       'a history message without content',
       { prompt: 'hi', history: [{ role: 'assistant' }] },
-      'Expected `history[0].content` to be a string, got `undefined`',
+      'Expected `history[0].content` to be a string or a list of parts, got `undefined`',
     ],
   ])('refuses %s with a TypeError naming the field, before any request', async (_, options, message) => {
     const requests: StandInRequest[] = [];
