@@ -371,6 +371,24 @@ CREATE TABLE public.claim_turns (
 
 
 --
+-- Name: files; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.files (
+    id text NOT NULL,
+    tenant text NOT NULL,
+    project text NOT NULL,
+    user_id text NOT NULL,
+    mime_type text NOT NULL,
+    bytes integer NOT NULL,
+    content bytea NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT files_bytes_check CHECK ((bytes >= 0))
+);
+ALTER TABLE ONLY public.files ALTER COLUMN content SET STORAGE EXTERNAL;
+
+
+--
 -- Name: gateway_usage; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -605,6 +623,14 @@ ALTER TABLE ONLY public.callback_deliveries
 
 ALTER TABLE ONLY public.claim_turns
     ADD CONSTRAINT claim_turns_pkey PRIMARY KEY (class, tenant);
+
+
+--
+-- Name: files files_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.files
+    ADD CONSTRAINT files_pkey PRIMARY KEY (id);
 
 
 --
