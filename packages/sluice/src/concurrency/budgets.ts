@@ -153,7 +153,10 @@ export function adjust(
   for (const name of budgetsOf(figures)) {
     const figure = figures[name]!;
     const bucket = levels[name];
-    const level = levelAt(figure, bucket, now) + delta(name);
+    // A NaN change (Infinity - Infinity from a caller's figures) changes nothing: a NaN level
+    // would compare false with every cost, and the wait for a refill would never end.
+    const change = delta(name);
+    const level = levelAt(figure, bucket, now) + (Number.isNaN(change) ? 0 : change);
     out[name] = {
       level: Math.min(figure, Math.max(-MAX_DEBT_FIGURES * figure, level)),
       at: now,

@@ -117,6 +117,16 @@ export function resolveTokens(
     return value as number;
   };
   const cost = { input: part('input'), output: part('output') };
+  // Two finite parts can still sum to Infinity (1e308 each). Such a charge settled against
+  // itself is Infinity - Infinity: a bucket level of NaN, on which every later wait for a
+  // refill searched for ever, blocking the process.
+  if (!Number.isFinite(cost.input + cost.output)) {
+    refuse(
+      `Expected \`tokens.input + tokens.output\` to be a finite number, got \`${cost.input} + ${cost.output}\``,
+      'tokens',
+      tokens,
+    );
+  }
   // Configured budgets only: a request larger than a budget learned from the provider's
   // headers goes once that bucket is full (learned.ts says why).
   const figures = limits.rate ?? {};

@@ -12,6 +12,7 @@ import {
   systemClock,
   type ConcurrencyEvent,
 } from 'sluice/concurrency';
+import { adjust } from '../../src/concurrency/budgets.js';
 
 function track<T>(promise: Promise<T>) {
   const state: { settled: boolean; value?: T; error?: unknown } = { settled: false };
@@ -46,6 +47,33 @@ describe('budgets at the top of the number range', () => {
     expect(granted(second)).toBe(true);
     await limiter.release(first);
     await limiter.release(second.value!);
+  });
+});
+
+describe('estimates whose parts sum past the number range', () => {
+  it('tokens of 1e308 + 1e308 are refused at acquire, and a learned token budget keeps granting', async () => {
+    // Each part is finite, their sum is Infinity: under a learned budget (no configured figure
+    // refuses it) the grant used to settle to Infinity - Infinity, a NaN bucket level, and the
+    // next wait for a refill searched for ever, blocking the whole process.
+    const clock = new ManualClock();
+    const limiter = createConcurrencyLimiter({ name: 'huge', maxConcurrent: 4, adaptive: true, clock });
+    const first = await limiter.acquire({});
+    const limits = { tokens: { limit: 1000, remaining: 1000 } };
+    await limiter.release(first, { provider: { status: 200, limits } });
+    const refused = await limiter
+      .acquire({ tokens: { input: 1e308, output: 1e308 } })
+      .catch((e: unknown) => e);
+    expect(refused).toMatchObject({ name: 'ConcurrencyConfigError', limiter: 'huge', field: 'tokens' });
+    expect((refused as Error).message).toContain('tokens.input + tokens.output');
+    expect((refused as Error).message).toContain('1e+308 + 1e+308');
+    const next = await limiter.acquire({ tokens: { input: 400 } });
+    await limiter.release(next, { usage: {} });
+    expect(limiter.stats().budgets).toEqual({ tokens: { available: 600, capacity: 1000 } });
+  });
+
+  it('a NaN change to a bucket leaves its level as it was', () => {
+    const levels = adjust({ tokens: 1000 }, { tokens: { level: 250, at: 0 } }, () => Infinity - Infinity, 0);
+    expect(levels).toEqual({ tokens: { level: 250, at: 0 } });
   });
 });
 
