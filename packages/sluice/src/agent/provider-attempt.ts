@@ -10,6 +10,7 @@ import {
 import { context as otelContext } from '@opentelemetry/api';
 import type { ProviderRateLimits, ReleaseDetails, TokenCounts } from '../concurrency/capacity-types.js';
 import type { ConcurrencyEvent } from '../concurrency/events.js';
+import { agedRateLimits } from '../concurrency/rate-limit-age.js';
 import { rateLimitsFromHeaders } from '../concurrency/rate-limit-headers.js';
 import { acquireSlot, type HeldSlot } from '../concurrency/slot.js';
 import { observeResponses } from '../models/response-observer.js';
@@ -26,6 +27,8 @@ export interface Attempt {
   readonly headers: FailedAttempt['headers'];
   /** The provider's rate-limit figures, from the last response's headers. */
   readonly limits: ProviderRateLimits | undefined;
+  /** When those headers came (the run's clock): a streamed answer ends well after them. */
+  readonly limitsAt: number | undefined;
   readonly turnTimedOut: boolean;
 }
 
@@ -102,8 +105,9 @@ export async function sendOnSlot(
 function releaseDetails(attempt: Attempt, now: number): ReleaseDetails {
   const u = attempt.final.usage;
   const failed = attempt.final.stopReason === 'error';
+  const limits = attempt.limits && agedRateLimits(attempt.limits, now - (attempt.limitsAt ?? now));
   const retryAfterMs =
-    attempt.limits?.retryAfterMs ??
+    limits?.retryAfterMs ??
     (failed
       ? providerWaitMs(
           { text: attempt.final.errorMessage ?? '', status: attempt.status, headers: attempt.headers },
@@ -117,7 +121,7 @@ function releaseDetails(attempt: Attempt, now: number): ReleaseDetails {
     ...(attempt.status === undefined
       ? {}
       : {
-          provider: { status: attempt.status, retryAfterMs, limits: attempt.limits },
+          provider: { status: attempt.status, retryAfterMs, limits },
         }),
   };
 }
@@ -173,6 +177,7 @@ async function streamAttempt(request: AttemptRequest, slot: HeldSlot<string> | u
   let status: number | undefined;
   let headers: FailedAttempt['headers'];
   let limits: ProviderRateLimits | undefined;
+  let limitsAt: number | undefined;
   // Status and headers of every response, error responses included; the last one counts.
   const observe = (s: number, h: Headers) => {
     status = s;
@@ -180,7 +185,8 @@ async function streamAttempt(request: AttemptRequest, slot: HeldSlot<string> | u
       retryAfterMs: h.get('retry-after-ms') ?? undefined,
       retryAfter: h.get('retry-after') ?? undefined,
     };
-    limits = rateLimitsFromHeaders(h, scope.clock.now());
+    limitsAt = scope.clock.now();
+    limits = rateLimitsFromHeaders(h, limitsAt);
   };
   try {
     const inner = observeResponses(observe, () =>
@@ -197,7 +203,7 @@ async function streamAttempt(request: AttemptRequest, slot: HeldSlot<string> | u
       else request.forward(event);
     }
     final ??= await inner.result();
-    return { final, status, headers, limits, turnTimedOut };
+    return { final, status, headers, limits, limitsAt, turnTimedOut };
   } finally {
     turnTimer.clear();
     abort.dispose();

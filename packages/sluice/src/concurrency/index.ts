@@ -26,6 +26,7 @@ export type {
   TokenCounts,
 } from './capacity-types.js';
 export { rateLimitsFromHeaders } from './rate-limit-headers.js';
+export { agedRateLimits } from './rate-limit-age.js';
 export type { HeaderSource } from './rate-limit-headers.js';
 export { acquireSlot } from './slot.js';
 export type { HeldSlot, SlotRequest } from './slot.js';
