@@ -7,6 +7,8 @@ it('deferred runs: their own running cap per tenant, their own queue cap, and no
       deferredMaxRunningPerTenant: 2,
       deferredMaxQueuedPerTenant: 3,
       deferredConcurrency: 4,
+      // One default-class worker: a deferred run on it would leave a queued default run waiting.
+      runConcurrency: 1,
       syncTimeoutMs: 300,
     },
   });
@@ -37,10 +39,10 @@ it('deferred runs: their own running cap per tenant, their own queue cap, and no
   });
   expect(await queue()).toMatchObject({ running: 2, queued: 3, running_limit: 2, queued_limit: 3 });
 
-  // Interactive work is not held up by the deferred backlog: it finishes while the backlog stalls
-  // (answered inline, or after the short sync window of this test on a slow machine).
-  const interactive = await call('POST', '/agents/echo/runs', { input: 'hello' });
-  expect([200, 202]).toContain(interactive.status);
+  // Interactive work is not held up by the deferred backlog: a queued default-class run (which,
+  // unlike an inline one, needs a queue worker) finishes while the backlog stalls.
+  const interactive = await call('POST', '/agents/echo/runs', { input: 'hello', wait: false });
+  expect(interactive.status).toBe(202);
   await until(
     async () => (await statusOf(interactive.body.id)).status === 'succeeded',
     'the interactive run',
@@ -53,9 +55,37 @@ it('deferred runs: their own running cap per tenant, their own queue cap, and no
     'POST',
     `/agents/runs/${(await call('GET', '/agents/runs?status=queued&class=deferred')).body.data[0].id}/cancel`,
   );
-  const waited = await call('POST', '/agents/echo/runs', { input: 'patient', class: 'deferred' });
+  const waited = await call('POST', '/agents/echo/runs', { input: 'patient', class: 'deferred', wait: true });
   expect(waited.status).toBe(202);
   expect(waited.body.status).toBe('queued');
+});
+
+it('R16: a caller that waits on a deferred run is answered after the wait window, not at once: 202 with the run as it then is, or 200 when it finished in the window', async () => {
+  const t = await start({ settings: { syncTimeoutMs: 400, deferredConcurrency: 1 } });
+  const sentAt = Date.now();
+  const slow = await t.call('POST', '/agents/echo/runs', {
+    input: 'stall slow',
+    class: 'deferred',
+    wait: true,
+  });
+  // Not before the window: answered at admission, as wait: false is, it would come at once.
+  expect(Date.now() - sentAt).toBeGreaterThanOrEqual(400);
+  expect(slow.status).toBe(202);
+  expect(['queued', 'running']).toContain(slow.body.status);
+  const immediate = await t.call('POST', '/agents/echo/runs', {
+    input: 'stall other',
+    class: 'deferred',
+    wait: false,
+  });
+  expect(immediate.body.status).toBe('queued');
+  await t.call('POST', `/agents/runs/${slow.body.id}/cancel`);
+  await t.call('POST', `/agents/runs/${immediate.body.id}/cancel`);
+
+  const quick = await t.call('POST', '/agents/echo/runs', { input: 'quick', class: 'deferred', wait: true });
+  // Executed by a deferred worker, not inline, and the caller still gets its output.
+  expect([200, 202]).toContain(quick.status);
+  await until(async () => (await t.statusOf(quick.body.id)).status === 'succeeded', 'the quick deferred run');
+  expect(quick.body.class).toBe('deferred');
 });
 
 it('a deferred run not started within AGENT_DEFERRED_MAX_WAIT_MS fails expired', async () => {
