@@ -21,8 +21,7 @@ import { metricsRoutes, metricsTokenOf } from './routes/metrics.js';
 import { opsRoutes } from './routes/ops.js';
 import type { RouteContext } from './routes/context.js';
 import { runRoutes } from './routes/runs.js';
-import { checkUpgrade, installWebsocket, wsRoutes } from './routes/ws.js';
-import type { WsSession } from './routes/ws-session.js';
+import { checkUpgrade, installWebsocket, wsRoutes, type SocketSession } from './routes/ws.js';
 import { agUiRoutes } from './agui/route.js';
 import { threadRoutes } from './routes/threads.js';
 import { fileRoutes } from './routes/files.js';
@@ -152,7 +151,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   installErrorHandling(fastify, log);
   // Before any hook that may refuse (a bad request, 503 while draining, 401, 429): an upgrade
   // request must be known as one, so the plugin ends its socket after whatever answer it gets.
-  const sessions = new Set<WsSession>();
+  const sessions = new Set<SocketSession>();
   await installWebsocket(fastify, sessions);
   fastify.addHook('onRequest', onRequestCheck(checkUpgrade));
   installProtocolHandling(fastify);

@@ -1,4 +1,4 @@
-import { Ajv } from 'ajv';
+import { Ajv, type ValidateFunction } from 'ajv';
 import type { FastifyError, FastifyRequest } from 'fastify';
 import { HttpError, badRequest, frameworkError } from '../http/errors.js';
 import { createRunBody } from '../http/schemas.js';
@@ -70,8 +70,13 @@ const frameSchema = {
 } as const;
 
 // The options of the server's own validator (app.ts): no coercion, no defaults, first error only.
-const ajv = new Ajv({ removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false });
-const validate = ajv.compile(frameSchema);
+export const frameAjv = new Ajv({
+  removeAdditional: false,
+  coerceTypes: false,
+  useDefaults: false,
+  allErrors: false,
+});
+const validate = frameAjv.compile(frameSchema);
 
 /** Refuses `__proto__` keys and `constructor.prototype`, as the HTTP body parser does. */
 function reviver(key: string, value: unknown): unknown {
@@ -103,6 +108,14 @@ export function requestIdOf(frame: unknown): string | null {
 export function parseFrame(
   text: string,
 ): { frame: RunFrame | CancelFrame } | { error: HttpError; frame: unknown } {
+  return parseJsonFrame<RunFrame | CancelFrame>(text, validate);
+}
+
+/** A frame's text checked against `validate` (compiled with {@link frameAjv}), or the 400 that says what is wrong. */
+export function parseJsonFrame<T>(
+  text: string,
+  validate: ValidateFunction,
+): { frame: T } | { error: HttpError; frame: unknown } {
   let frame: unknown;
   try {
     frame = JSON.parse(text, reviver);
@@ -113,14 +126,14 @@ export function parseFrame(
       frame: undefined,
     };
   }
-  if (validate(frame)) return { frame: frame as RunFrame | CancelFrame };
+  if (validate(frame)) return { frame: frame as T };
   // The same wording as a body that fails its schema: the field, the rule, the value.
   const failure = Object.assign(new Error('invalid frame'), {
     statusCode: 400,
     validation: (validate.errors ?? []).filter((e) => e.keyword !== 'if'),
     validationContext: 'body',
   }) as unknown as FastifyError;
-  const error = frameworkError(failure, { body: frame } as FastifyRequest);
+  const error = frameworkError(failure, { body: frame } as unknown as FastifyRequest);
   return {
     error: new HttpError(
       error.status,

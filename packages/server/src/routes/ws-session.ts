@@ -22,7 +22,41 @@ import { parseFrame, requestIdOf, type CancelFrame, type RunFrame } from './ws-f
 /** Runs (and, apart, cancels) one socket may have in flight at once; each run also counts for the user's held-run cap. */
 const MAX_RUNS_PER_SOCKET = 100;
 
-type Log = (level: 'warn' | 'error', message: string, fields?: object) => void;
+export type Log = (level: 'warn' | 'error', message: string, fields?: object) => void;
+
+/** An error of a frame as the HTTP error its error frame carries (an unexpected one is logged, and a 500). */
+export function frameError(error: unknown, log: Log): HttpError {
+  const refused = refusalOf(error);
+  if (refused) return refused;
+  if (isStoreUnavailable(error))
+    return new HttpError(503, 'store_unavailable', 'The server cannot reach its database; try again shortly');
+  log('error', 'websocket frame failed', { error: (error as Error)?.stack ?? String(error) });
+  return new HttpError(500, 'internal_error', 'internal error');
+}
+
+/** A frame's text, or null for a binary frame. */
+export function frameText(data: unknown, isBinary: boolean): string | null {
+  if (isBinary) return null;
+  if (Buffer.isBuffer(data)) return data.toString('utf8');
+  if (Array.isArray(data)) return Buffer.concat(data as Buffer[]).toString('utf8');
+  return Buffer.from(data as ArrayBuffer).toString('utf8');
+}
+
+/**
+ * False, after a 401 error (told to `refuse`) and a close with 1008, once the socket's token
+ * has been revoked since the upgrade: the socket must not outlive what let it in.
+ */
+export async function tokenLive(
+  ctx: Pick<RouteContext, 'principals'>,
+  secret: string,
+  socket: WebSocket,
+  refuse: (error: HttpError) => void,
+): Promise<boolean> {
+  if (await ctx.principals.find(secret)) return true;
+  refuse(new HttpError(401, 'authentication_required', 'The API token of this socket was revoked'));
+  socket.close(1008, 'token revoked');
+  return false;
+}
 
 /**
  * One open WebSocket of one token: its run and cancel frames, the events of its runs as frames,
@@ -66,18 +100,8 @@ export class WsSession {
     this.#send({ type: 'error', request_id: requestId, error: this.#asHttpError(error).body().error });
   }
 
-  /**
-   * False, after a 401 error frame and a close with 1008, once the token has been revoked since
-   * the upgrade: the socket must not outlive what let it in.
-   */
-  async #tokenLive(requestId: string | null): Promise<boolean> {
-    if (await this.#ctx.principals.find(this.#secret)) return true;
-    this.#refuse(
-      requestId,
-      new HttpError(401, 'authentication_required', 'The API token of this socket was revoked'),
-    );
-    this.#socket.close(1008, 'token revoked');
-    return false;
+  #tokenLive(requestId: string | null): Promise<boolean> {
+    return tokenLive(this.#ctx, this.#secret, this.#socket, (error) => this.#refuse(requestId, error));
   }
 
   #tooMany(what: 'runs' | 'cancels', active: number): HttpError {
@@ -90,26 +114,11 @@ export class WsSession {
   }
 
   #asHttpError(error: unknown): HttpError {
-    const refused = refusalOf(error);
-    if (refused) return refused;
-    if (isStoreUnavailable(error))
-      return new HttpError(
-        503,
-        'store_unavailable',
-        'The server cannot reach its database; try again shortly',
-      );
-    this.#log('error', 'websocket frame failed', { error: (error as Error)?.stack ?? String(error) });
-    return new HttpError(500, 'internal_error', 'internal error');
+    return frameError(error, this.#log);
   }
 
   #onFrame(data: unknown, isBinary: boolean): void {
-    const text = isBinary
-      ? null
-      : Buffer.isBuffer(data)
-        ? data.toString('utf8')
-        : Array.isArray(data)
-          ? Buffer.concat(data as Buffer[]).toString('utf8')
-          : Buffer.from(data as ArrayBuffer).toString('utf8');
+    const text = frameText(data, isBinary);
     if (text === null) return this.#refuse(null, badRequest('Send frames as text (JSON), not binary'));
     const parsed = parseFrame(text);
     if ('error' in parsed) return this.#refuse(requestIdOf(parsed.frame), parsed.error);

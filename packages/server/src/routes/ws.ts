@@ -1,27 +1,28 @@
 import websocket from '@fastify/websocket';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
-import { placeKeys } from '../cache/places.js';
 import type { CacheStore } from '../cache/store.js';
 import { authenticate, bearerOf } from '../http/auth.js';
-import { HttpError, badRequest } from '../http/errors.js';
+import { badRequest } from '../http/errors.js';
 import { requestLimits } from '../http/limits.js';
 import type { RouteContext } from './context.js';
+import { liveRoute } from './live.js';
+import { keepAlive, takeConnectionPlaces, upgradeRequired, type SocketSession } from './ws-connections.js';
 import { WsSession } from './ws-session.js';
-import { tuning } from '../tuning.js';
-
-/** Seconds a client refused a connection should wait before it tries again. */
-const CONNECTION_RETRY_AFTER_S = 30;
-const PING_EVERY_MS = tuning.wsPingEveryMs;
 
 type Log = (level: 'warn' | 'error', message: string, fields?: object) => void;
+
+export type { SocketSession };
 
 /**
  * The WebSocket plugin, with frames capped at the body limit (a longer frame closes the socket
  * with 1009). On close (after a drain has let local runs end), every socket waits until its runs
  * have sent their last frames, then closes with 1001.
  */
-export async function installWebsocket(fastify: FastifyInstance, sessions: Set<WsSession>): Promise<void> {
+export async function installWebsocket(
+  fastify: FastifyInstance,
+  sessions: Set<SocketSession>,
+): Promise<void> {
   await fastify.register(websocket, {
     options: { maxPayload: requestLimits.bodyBytes },
     preClose: async function closeSockets(this: FastifyInstance) {
@@ -34,6 +35,7 @@ export async function installWebsocket(fastify: FastifyInstance, sessions: Set<W
 
 /** Where the WebSocket route is served; any other route answers an upgrade request with 400. */
 export const WS_PATH = '/api/client/v1/ws';
+export const LIVE_PATH = '/api/client/v1/live';
 const WS_KEY = /^[+/0-9A-Za-z]{22}==$/;
 
 /**
@@ -43,9 +45,9 @@ const WS_KEY = /^[+/0-9A-Za-z]{22}==$/;
  */
 export function checkUpgrade(request: FastifyRequest): void {
   if (!(request as FastifyRequest & { ws?: boolean }).ws) return;
-  if (request.routeOptions.url !== WS_PATH) {
+  if (request.routeOptions.url !== WS_PATH && request.routeOptions.url !== LIVE_PATH) {
     throw badRequest(
-      `WebSocket upgrades are served at ${WS_PATH} only; this route answers plain HTTP requests`,
+      `WebSocket upgrades are served at ${WS_PATH} and ${LIVE_PATH} only; this route answers plain HTTP requests`,
       {
         param: 'upgrade',
       },
@@ -75,20 +77,6 @@ function queryToken(request: FastifyRequest): void {
   if (typeof token === 'string') request.headers.authorization = `Bearer ${token}`;
 }
 
-const connectionLimit = (scope: 'user' | 'server', limit: number, active: number) =>
-  new HttpError(
-    429,
-    'websocket_connection_limit',
-    `The ${scope} already has ${active} open WebSocket connections; the limit is ${limit}`,
-    {
-      limit: scope === 'user' ? 'max_connections_per_user' : 'max_connections',
-      limit_value: limit,
-      scope,
-      active,
-    },
-    { 'retry-after': String(CONNECTION_RETRY_AFTER_S) },
-  );
-
 /**
  * `GET /ws`: run and cancel frames over one socket. The token and both connection caps are
  * checked before the upgrade, so a refusal is a plain HTTP answer (401, 429, 503 while
@@ -97,7 +85,7 @@ const connectionLimit = (scope: 'user' | 'server', limit: number, active: number
 export function wsRoutes(
   api: FastifyInstance,
   ctx: RouteContext,
-  sessions: Set<WsSession>,
+  sessions: Set<SocketSession>,
   log: Log,
   cache: CacheStore,
 ): void {
@@ -119,56 +107,21 @@ export function wsRoutes(
     wsHandler: openSession(ctx, sessions, log),
     preHandler: async (request: FastifyRequest) => {
       // A plain GET takes no place: it is answered 426 below.
-      if (!request.ws) return;
-      const who = request.principal;
-      const { wsMaxConnectionsPerUser: perUser, wsMaxConnections: all } = ctx.settings;
-      const mine = await ctx.places.take(placeKeys.wsUser(who.tenant, who.user), perUser);
-      if (!mine.ok) throw connectionLimit('user', perUser, mine.held);
-      const total = await ctx.places.take(placeKeys.wsAll(), all).catch((error: unknown) => {
-        mine.release();
-        throw error;
-      });
-      if (!total.ok) {
-        mine.release();
-        throw connectionLimit('server', all, total.held);
-      }
-      // Whatever happens next (the upgrade, a client gone before it), the places go with the socket.
-      const release = () => {
-        mine.release();
-        total.release();
-      };
-      if (request.raw.socket.destroyed) release();
-      else request.raw.socket.once('close', release);
+      if (request.ws) await takeConnectionPlaces(ctx, request);
     },
-    // A plain GET (no upgrade) is told what this route wants, in the API's error body.
-    handler: async () => {
-      throw new HttpError(
-        426,
-        'upgrade_required',
-        'This route speaks WebSocket: send an Upgrade: websocket request',
-        {},
-        { upgrade: 'websocket' },
-      );
-    },
+    handler: upgradeRequired,
   });
+  liveRoute(api, ctx, sessions, log);
 }
 
-function openSession(ctx: RouteContext, sessions: Set<WsSession>, log: Log) {
+function openSession(ctx: RouteContext, sessions: Set<SocketSession>, log: Log) {
   return (socket: WebSocket, request: FastifyRequest) => {
     // The upgrade was authenticated, so the header (or the query token copied into it) holds one.
     const secret = bearerOf(request.headers.authorization) ?? '';
     const session = new WsSession(socket, ctx, request.principal, secret, log);
     sessions.add(session);
-    let answered = true;
-    socket.on('pong', () => (answered = true));
-    const ping = setInterval(() => {
-      if (!answered) return socket.terminate();
-      answered = false;
-      socket.ping();
-    }, PING_EVERY_MS);
-    ping.unref();
+    keepAlive(socket);
     socket.once('close', () => {
-      clearInterval(ping);
       void session.settled().finally(() => sessions.delete(session));
     });
   };
