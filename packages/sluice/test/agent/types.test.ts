@@ -12,7 +12,7 @@ const model = {
 const credentials = { apiKey: 'k' };
 
 describe('typed workloads through the agent', () => {
-  it('an agent gets its workload names from its limiter', () => {
+  it('an agent gets its workload names from its limiter', async () => {
     const claude = createConcurrencyLimiter({
       maxConcurrent: 8,
       workloads: { interactive: { reserved: 2 }, background: {} },
@@ -26,19 +26,27 @@ describe('typed workloads through the agent', () => {
     const ok = () => agent.run({ prompt: 'p', concurrency: { workload: 'interactive' } });
     // @ts-expect-error not a workload of this limiter
     const typo = () => agent.run({ prompt: 'p', concurrency: { workload: 'batch' } });
-    expect([ok, typo]).toHaveLength(2);
+    expectTypeOf(ok).returns.toBeObject();
+    // The refusal the type states also holds at runtime, for JavaScript callers.
+    await expect(Promise.resolve().then(typo)).rejects.toMatchObject({
+      name: 'ConcurrencyConfigError',
+      workload: 'batch',
+    });
     expect(() =>
       // @ts-expect-error the agent's own workload is checked too (and at runtime)
       createAgent({ model, credentials, concurrency: { limiter: claude, workload: 'batch' } }),
     ).toThrow(ConcurrencyConfigError);
   });
 
-  it('an agent without a limiter is Agent<never> and its runs cannot pick a workload', () => {
+  it('an agent without a limiter is Agent<never> and its runs cannot pick a workload', async () => {
     const agent = createAgent({ model, credentials });
     expectTypeOf(agent).toEqualTypeOf<Agent<never>>();
     // @ts-expect-error no workload to pick
     const run = () => agent.run({ prompt: 'p', concurrency: { workload: 'default' } });
-    expect(run).toBeTypeOf('function');
+    await expect(Promise.resolve().then(run)).rejects.toMatchObject({
+      name: 'ConcurrencyConfigError',
+      field: 'concurrency.workload',
+    });
   });
 
   it('a limiter with several workloads and no default makes createAgent require one', () => {
