@@ -19,7 +19,8 @@
  * (the first two the worse of their two settings).
  *
  * Run: npm run bench:queues   (-- --quick: 256 enqueues at 32 clients, 200 runs, 50 ms model;
- *   -- --smoke: the same with 50 runs and a 0 ms model only)
+ *   -- --smoke: the same with 50 runs and a 0 ms model only). BENCH_CPU_PROF_DIR=dir: every
+ *   process of the bench but this one writes a CPU profile there as it exits.
  */
 import { loadavg } from 'node:os';
 import pg from 'pg';

@@ -24,9 +24,19 @@ export interface Child {
 
 /** Starts `script` (a path under bench/) in its own Node process on the workspace sources. */
 export function startChild(script: string, options: Record<string, unknown>): Child {
+  // BENCH_CPU_PROF_DIR=dir: each process writes a CPU profile there when it exits (node --cpu-prof).
+  const profile = process.env.BENCH_CPU_PROF_DIR
+    ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`]
+    : [];
   const child = spawn(
     process.execPath,
-    ['--conditions=@sluice/source', '--import', 'tsx', fileURLToPath(new URL(script, import.meta.url))],
+    [
+      ...profile,
+      '--conditions=@sluice/source',
+      '--import',
+      'tsx',
+      fileURLToPath(new URL(script, import.meta.url)),
+    ],
     {
       cwd: root,
       env: { ...process.env, BENCH_CHILD_OPTIONS: JSON.stringify(options) },
