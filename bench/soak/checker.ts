@@ -41,6 +41,8 @@ export interface RunRow {
   started_at: Date | null;
   finished_at: Date | null;
   scheduled_for: Date | null;
+  /** The run's callback deliveries as stored (`state/attempts/last error`), to explain a missing one. */
+  deliveries?: string | null;
 }
 
 export const violationNames = [
@@ -71,7 +73,10 @@ export async function readRuns(url: string): Promise<RunRow[]> {
   try {
     const { rows } = await client.query<RunRow>(
       `SELECT id, tenant, project, class, status, thread_id, callback_url, created_at, started_at,
-              finished_at, scheduled_for FROM agent_runs`,
+              finished_at, scheduled_for,
+              (SELECT string_agg(d.state || '/' || d.attempts || '/' || coalesce(d.last_error, ''), '; ')
+                 FROM callback_deliveries d WHERE d.run_id = r.id) AS deliveries
+         FROM agent_runs r`,
     );
     return rows;
   } finally {
@@ -146,7 +151,7 @@ export function check(history: History, runs: readonly RunRow[], caps: Caps): Ve
       ),
       callbacks_missing: note(
         'callbacks_missing',
-        missing.map((run) => `${run.id} (${run.status})`),
+        missing.map((run) => `${run.id} (${run.status}; stored deliveries: ${run.deliveries ?? 'none'})`),
       ),
       callbacks_duplicated: note(
         'callbacks_duplicated',
