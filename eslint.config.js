@@ -13,7 +13,15 @@ const serverLowerLayers = ['runs', 'threads', 'cache', 'callbacks', 'media'].map
 );
 
 export default tseslint.config(
-  { ignores: ['**/node_modules/**', '**/dist/**', '**/.sluice/**', 'coverage/**'] },
+  {
+    ignores: [
+      '**/node_modules/**',
+      '**/dist/**',
+      '**/.sluice/**',
+      'coverage/**',
+      'packages/client/src/generated/**',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -252,3 +252,14 @@ export const runEventsQuery = {
     },
   },
 } as const;
+
+export const getRunQuery = {
+  type: 'object',
+  properties: {
+    wait_ms: {
+      type: 'string',
+      pattern: '^[0-9]{1,10}$',
+      description: 'Hold the answer until the run settles, at most this long (and AGENT_SYNC_TIMEOUT_MS).',
+    },
+  },
+} as const;

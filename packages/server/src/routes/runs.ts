@@ -2,9 +2,9 @@ import type { FastifyInstance } from 'fastify';
 import { requireRole } from '../http/auth.js';
 import { HttpError, badRequest, notFound, shown } from '../http/errors.js';
 import { fillPage, pageLimit } from '../http/paging.js';
-import { listRunsQuery, runParams } from '../http/schemas.js';
+import { getRunQuery, listRunsQuery, runParams } from '../http/schemas.js';
 import { CANCEL_CONFIRM_MS, cancelRun, mayCancel } from '../runs/cancel.js';
-import { isFinal, runStatuses, type RunClass } from '../runs/lifecycle.js';
+import { isFinal, isSettled, runStatuses, type RunClass } from '../runs/lifecycle.js';
 import { decodeCursor, encodeCursor, getRun, listRuns, queueCounts, toApiRun } from '../runs/store.js';
 import type { RouteContext } from './context.js';
 import { createRunRoute } from './create-run.js';
@@ -42,13 +42,19 @@ export function runRoutes(api: FastifyInstance, ctx: RouteContext): void {
     };
   });
 
-  api.get<{ Params: { id: string } }>(
+  api.get<{ Params: { id: string }; Querystring: { wait_ms?: string } }>(
     '/agents/runs/:id',
-    { schema: { summary: 'A run', params: runParams } },
-    async (request) => {
-      const run = await getRun(db, request.principal.tenant, request.params.id);
+    { schema: { summary: 'A run', params: runParams, querystring: getRunQuery } },
+    async (request, reply) => {
+      let run = await getRun(db, request.principal.tenant, request.params.id);
       // Another tenant's run does not exist, as far as this token can tell.
       if (!run) throw notFound(`No run \`${shown(request.params.id)}\``);
+      // `wait_ms`: held until the run settles, at most that long and the sync window (@sluice/client's runs.wait).
+      const waitMs = Math.min(Number(request.query.wait_ms ?? 0), settings.syncTimeoutMs);
+      if (waitMs > 0 && !isSettled(run.status)) {
+        await ctx.waiters.wait(run.id, { timeoutMs: waitMs, signal: clientGone(reply) });
+        run = (await getRun(db, run.tenant, run.id)) ?? run;
+      }
       return (await withWaiting(ctx, run.tenant, [run]))[0];
     },
   );

@@ -20,7 +20,7 @@ import { formatMessage } from 'publint/utils';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 
 // The shipped artefacts, tried the way a user meets them: the `sluice` wrapper as a process
-// manager starts it, and the four packages packed, installed from their tarballs into an empty
+// manager starts it, and the five packages packed, installed from their tarballs into an empty
 // folder and started with `npx sluice serve`.
 
 const root = fileURLToPath(new URL('../../../../', import.meta.url));
@@ -176,7 +176,7 @@ describe('bin/sluice.js in the repository', () => {
   }, 180_000);
 });
 
-describe('the four packages, packed and installed into an empty folder', () => {
+describe('the five packages, packed and installed into an empty folder', () => {
   const app = join(scratch, 'app');
 
   beforeAll(async () => {
@@ -188,6 +188,7 @@ describe('the four packages, packed and installed into an empty folder', () => {
     const files = readdirSync(tarballs).map((name) => join(tarballs, name));
     expect(files.map((f) => f.slice(tarballs.length + 1)).sort()).toEqual([
       'sluice-0.1.0.tgz',
+      'sluice-client-0.1.0.tgz',
       'sluice-postgres-0.1.0.tgz',
       'sluice-server-0.1.0.tgz',
       'sluice-testkit-0.1.0.tgz',
