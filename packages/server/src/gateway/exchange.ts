@@ -14,6 +14,8 @@ export interface ExchangeEnd {
   readonly status: number;
   /** The upstream's headers (its rate-limit figures); undefined when it never answered. */
   readonly headers: IncomingHttpHeaders | undefined;
+  /** When those headers came, by the `now` given: a streamed answer ends long after them. */
+  readonly answeredAt?: number | undefined;
   readonly usage: TokenCounts | undefined;
   /**
    * The upstream closed a kept-alive socket as this request was sent on it, before answering:
@@ -55,6 +57,8 @@ export function pipeExchange(
     body: Buffer | undefined;
     /** A stale kept-alive socket ends the exchange as `stale` (to be sent again) instead of a 502. */
     staleRetry?: boolean;
+    /** The clock `answeredAt` is read from. */
+    now?: () => number;
   },
 ): { done: Promise<ExchangeEnd>; cut: () => void; answered: () => boolean } {
   const { api, requestId, lost } = options;
@@ -62,12 +66,13 @@ export function pipeExchange(
   const done = new Promise<ExchangeEnd>((resolve) => (finish = resolve));
   let ended = false;
   let reply: IncomingMessage | undefined;
+  let answeredAt: number | undefined;
   let usage: ReturnType<typeof jsonUsageReader> | undefined;
   const end = (outcome: ExchangeEnd['outcome'], status: number) => {
     if (ended) return;
     ended = true;
     lost?.removeEventListener('abort', onLost);
-    finish({ outcome, status, headers: reply?.headers, usage: usage?.end() });
+    finish({ outcome, status, headers: reply?.headers, answeredAt, usage: usage?.end() });
   };
   // The caller left, or the drain cut it off: the upstream request stops in this same turn.
   const cut = () => {
@@ -87,6 +92,7 @@ export function pipeExchange(
   upstream.on('response', (incoming) => {
     if (ended) return void incoming.destroy();
     reply = incoming;
+    answeredAt = options.now?.();
     const stream = isEventStream(incoming.headers);
     usage = stream ? sseUsageReader() : jsonUsageReader();
     const reader = usage;

@@ -6,6 +6,7 @@ import {
   ConcurrencyQueueFullError,
   ConcurrencyTimeoutError,
   rateLimitsFromHeaders,
+  agedRateLimits,
   type Clock,
   type ConcurrencyEvent,
   type HeldSlot,
@@ -195,6 +196,7 @@ export class Gateways {
           requestId: call.requestId,
           lost: slot?.signal,
           body: call.body,
+          now: () => clock.now(),
           ...(attempt === 0 ? { staleRetry: true } : {}),
         });
         open.cut = piped.cut;
@@ -256,7 +258,15 @@ export class Gateways {
   /** Gives the slot back with what the upstream said: the usage, its status, its rate-limit headers. */
   async #release(slot: HeldSlot<string> | undefined, end: ExchangeEnd): Promise<void> {
     if (!slot) return;
-    const limits = end.headers ? rateLimitsFromHeaders(end.headers as Record<string, string>) : undefined;
+    // Read as of when the headers came, then aged to now: a stream ends long after them.
+    const { clock } = this.#parts;
+    const answeredAt = end.answeredAt ?? clock.now();
+    const limits = end.headers
+      ? agedRateLimits(
+          rateLimitsFromHeaders(end.headers as Record<string, string>, answeredAt),
+          clock.now() - answeredAt,
+        )
+      : undefined;
     await slot.release(end.outcome, {
       ...(end.usage ? { usage: end.usage } : {}),
       ...(end.headers
