@@ -33,7 +33,7 @@ const benches: { script: string; args: string[]; json?: string; databases?: stri
     script: 'queues',
     args: ['bench/queues.ts', '--smoke'],
     json: 'queues',
-    databases: 'sluice_bench_queues_%',
+    databases: 'sluice_bench_queues_PID_%',
   },
   { script: 'cache', args: ['bench/cache.ts', '--quick'], json: 'cache', databases: 'sluice_bench_cache' },
   { script: 'stream', args: ['bench/stream.ts', '--quick'], json: 'stream' },
@@ -43,7 +43,9 @@ const benches: { script: string; args: string[]; json?: string; databases?: stri
 
 const limitMs = 300_000;
 
-async function run(args: string[]): Promise<{ code: number | null; signal: string | null; output: string }> {
+async function run(
+  args: string[],
+): Promise<{ code: number | null; signal: string | null; output: string; pid: number }> {
   const { database, ...server } = postgres!;
   const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: urlOf(server, database) };
   if (redis) env.REDIS_URL = redis;
@@ -62,7 +64,7 @@ async function run(args: string[]): Promise<{ code: number | null; signal: strin
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const [code, signal] = (await once(child, 'close')) as [number | null, NodeJS.Signals | null];
-  return { code, signal, output };
+  return { code, signal, output, pid: child.pid! };
 }
 
 describe.runIf(postgres && redis)('every bench ends by itself', () => {
@@ -70,7 +72,7 @@ describe.runIf(postgres && redis)('every bench ends by itself', () => {
     it(
       `npm run bench:${bench.script} at its smallest setting exits 0 after its last line`,
       async () => {
-        const { code, signal, output } = await run([...bench.args]);
+        const { code, signal, output, pid } = await run([...bench.args]);
         expect({ code, signal, output: code === 0 ? '' : output }).toEqual({
           code: 0,
           signal: null,
@@ -85,7 +87,7 @@ describe.runIf(postgres && redis)('every bench ends by itself', () => {
         await admin.connect();
         try {
           const left = await admin.query('SELECT datname FROM pg_database WHERE datname SIMILAR TO $1', [
-            bench.databases,
+            bench.databases.replace('PID', String(pid)), // bench:queues names its databases by its pid
           ]);
           expect(left.rows).toEqual([]);
         } finally {
