@@ -18,6 +18,7 @@ COPY packages/sluice/package.json packages/sluice/
 COPY packages/postgres/package.json packages/postgres/
 COPY packages/server/package.json packages/server/
 COPY packages/testkit/package.json packages/testkit/
+COPY packages/client/package.json packages/client/
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 COPY --from=build /app/packages/sluice/dist packages/sluice/dist
 COPY --from=build /app/packages/postgres/dist packages/postgres/dist
@@ -27,6 +28,7 @@ COPY --from=build /app/packages/server/sql packages/server/sql
 # The dashboard's page, script and stylesheet: read at start, the server does not start without them.
 COPY --from=build /app/packages/server/static packages/server/static
 COPY --from=build /app/packages/testkit/dist packages/testkit/dist
+COPY --from=build /app/packages/client/dist packages/client/dist
 # The embedded database (used only without DATABASE_URL) lives in /app/.sluice.
 RUN mkdir -p /app/.sluice && chown node:node /app/.sluice
 # The node image's unprivileged user, by number, so a cluster can tell it is not root.

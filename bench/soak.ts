@@ -102,7 +102,8 @@ const proxy = await createTcpProxy({ host: '127.0.0.1', port: bouncer.port });
 cleanups.push(() => bouncer.stop());
 const redis = await startRedis();
 cleanups.push(() => redis.stop());
-const provider = await startSoakProvider(random, { maxConcurrent: caps.providerLimit });
+// Its own generator: the provider's answers do not shift the clients' choices.
+const provider = await startSoakProvider(seeded(seed + 2), { maxConcurrent: caps.providerLimit });
 const receiver = await startReceiver();
 
 const env: NodeJS.ProcessEnv = { ...process.env };

@@ -66,14 +66,15 @@ export function soakServer(name: string, port: number, env: NodeJS.ProcessEnv, l
       });
       child = started;
       incarnations.push(started.pid!);
-      const until = Date.now() + 60_000;
+      // Longer than the injector's 90 s wait for /readyz: a slow restart is counted there, not a crash here.
+      const until = Date.now() + 120_000;
       while (Date.now() < until) {
         if (started.exitCode !== null)
           throw new Error(`${name} exited (${started.exitCode}) while starting; see ${logDir}/${name}.log`);
         if (await ready(url)) return;
         await new Promise((resolve) => setTimeout(resolve, 200));
       }
-      throw new Error(`${name} was not ready within 60 s; see ${logDir}/${name}.log`);
+      throw new Error(`${name} was not ready within 120 s; see ${logDir}/${name}.log`);
     },
     kill9: () => stopped('SIGKILL'),
     terminate: () => stopped('SIGTERM'),

@@ -3,6 +3,7 @@ import { existsSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'vitest';
 import { itWith } from '../../../../scripts/service-suites.js';
+import { afterThisTest } from '../harness/index.js';
 
 // The soak as CI runs it: two minutes, a fixed seed, every service the soak's own
 // (bench/soak.ts). It passes when the soak's checker finds no violation of any invariant.
@@ -29,6 +30,10 @@ function soak(args: string[]): Promise<{ code: number | null; output: string }> 
     ['--conditions=@sluice/source', '--import', 'tsx', 'bench/soak.ts', ...args],
     { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] },
   );
+  // SIGTERM, not SIGKILL: the soak then stops its PostgreSQL, PgBouncer, Redis and servers.
+  afterThisTest(async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+  });
   let output = '';
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
