@@ -8,6 +8,12 @@ import { userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
 import pg from 'pg';
 
+// The suite runs three files at once, several of which start `sluice serve` processes with
+// pools of their own; PostgreSQL's default of 100 sessions ran out ("sorry, too many clients
+// already") on a CI run. Only a cluster started here gets this; one already running is the
+// user's to configure.
+const MAX_CONNECTIONS = 400;
+
 async function reachable(connectionString) {
   const client = new pg.Client({ connectionString, connectionTimeoutMillis: 3000 });
   try {
@@ -40,7 +46,14 @@ async function startSystemCluster(user) {
   const line = list.out.split('\n').find((l) => l.trim());
   if (!line) return undefined;
   const [version, name, port] = line.trim().split(/\s+/);
-  const started = run('pg_ctlcluster', ['--skip-systemctl-redirect', version, name, 'start']);
+  const started = run('pg_ctlcluster', [
+    '--skip-systemctl-redirect',
+    '-o',
+    `-c max_connections=${MAX_CONNECTIONS}`,
+    version,
+    name,
+    'start',
+  ]);
   if (!started.ok && !/already running/.test(started.out))
     throw new Error(`pg_ctlcluster failed: ${started.out}`);
   run('su', ['postgres', '-c', `createuser -s ${user}`]);
@@ -72,7 +85,7 @@ async function startPrivateCluster(user) {
       join(dir, 'server.log'),
       '-w',
       '-o',
-      `-p ${port} -k ${dir} -c listen_addresses=''`,
+      `-p ${port} -k ${dir} -c listen_addresses='' -c max_connections=${MAX_CONNECTIONS}`,
       'start',
     ],
     { stdio: 'ignore' },
