@@ -34,11 +34,18 @@ export function agUiRoutes(api: FastifyInstance, ctx: RouteContext): void {
       if (!agentFor(ctx.config, who.tenant, name)) throw notFound(`No agent \`${shown(name)}\``);
       const body = request.body;
       const { history, turn } = splitConversation(body.messages);
-      const threadId = await threadOfAgUi(ctx.db, who, body.threadId, history);
+      const thread = await threadOfAgUi(ctx.db, who, body.threadId, history);
       const { done } = await submitHeld(
         ctx,
         who,
-        { agent: name, inputField: 'messages', class: 'default', input: turn, threadId },
+        {
+          agent: name,
+          inputField: 'messages',
+          class: 'default',
+          input: turn,
+          threadId: thread.id,
+          newThread: thread.created,
+        },
         {
           signal: clientGone(reply),
           play: (run) => {

@@ -3,15 +3,21 @@ import { HttpError, shown } from '../http/errors.js';
 import { isFinal } from '../runs/lifecycle.js';
 import { full, getRun, type RunRow } from '../runs/store.js';
 import type { Principal } from '../store/tokens.js';
-import { newThreadMessages } from '../threads/store.js';
+import { newThreadMessages, type NewThread } from '../threads/store.js';
 import { randomId } from '../store/ids.js';
 
 /**
  * `previous_response_id` chains as threads. A response starts no thread of its own; the first
  * follow-up makes one, seeded with that response's conversation, and every later response of
- * the chain continues it (and waits its turn on it, as any run of a thread does).
+ * the chain continues it (and waits its turn on it, as any run of a thread does). `created` is
+ * set when this call made the thread: a refusal of the follow-up removes it again, and the
+ * previous response goes back to having none (see `RunRequest.newThread`).
  */
-export async function threadOfChain(db: Database, who: Principal, previousId: string): Promise<string> {
+export async function threadOfChain(
+  db: Database,
+  who: Principal,
+  previousId: string,
+): Promise<{ id: string; created?: NewThread }> {
   const previous = await getRun(db, who.tenant, previousId);
   // Responses only: a chat completion or a run of the runs API is not a response to continue.
   if (!previous || previous.api_request === null || previous.api_request.api === 'chat.completions') {
@@ -19,7 +25,7 @@ export async function threadOfChain(db: Database, who: Principal, previousId: st
       field: 'previous_response_id',
     });
   }
-  if (previous.thread_id !== null) return previous.thread_id;
+  if (previous.thread_id !== null) return { id: previous.thread_id };
   if (!isFinal(previous.status)) {
     throw new HttpError(
       409,
@@ -33,7 +39,7 @@ export async function threadOfChain(db: Database, who: Principal, previousId: st
     const row = (
       await tx.query<RunRow>(`SELECT ${full} FROM agent_runs WHERE id = $1::text FOR UPDATE`, [previous.id])
     ).rows[0]!;
-    if (row.thread_id !== null) return row.thread_id;
+    if (row.thread_id !== null) return { id: row.thread_id };
     const id = randomId('thr_', 12);
     await tx.query(
       `INSERT INTO threads (id, tenant, project, user_id, metadata) VALUES ($1::text, $2::text, $3::text, $4::text, '{}'::jsonb)`,
@@ -51,6 +57,6 @@ export async function threadOfChain(db: Database, who: Principal, previousId: st
       [id, row.id, JSON.stringify(seeded)],
     );
     await tx.query('UPDATE agent_runs SET thread_id = $2::text WHERE id = $1::text', [row.id, id]);
-    return id;
+    return { id, created: { id, seededFrom: row.id } };
   });
 }

@@ -81,7 +81,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
           field: 'stream',
         });
       }
-      const threadId =
+      const chain =
         typeof body.previous_response_id === 'string'
           ? await threadOfChain(db, who, body.previous_response_id)
           : undefined;
@@ -97,7 +97,8 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
         class: flex ? 'deferred' : 'default',
         input,
         metadata: body.metadata ?? undefined,
-        threadId,
+        threadId: chain?.id,
+        newThread: chain?.created,
         apiRequest: { ...asked },
       };
       const signal = clientGone(reply);

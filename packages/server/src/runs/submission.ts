@@ -7,7 +7,7 @@ import type { AdmissionHooks } from '../ops/admissions.js';
 import type { ServerSettings } from '../settings.js';
 import type { Principal } from '../store/tokens.js';
 import { clearPausedThread, holdThread, type HoldAttempt, type OnBusy } from '../threads/hold.js';
-import { getThread, threadLeaseMs, unlockThread } from '../threads/store.js';
+import { dropNewThread, getThread, threadLeaseMs, unlockThread, type NewThread } from '../threads/store.js';
 import { admitRun, userRetryAfterMs, type WithRun } from './admission.js';
 import type { Executor } from './executor.js';
 import { isSettled, type RunClass } from './lifecycle.js';
@@ -69,6 +69,11 @@ export interface RunRequest {
    * (refused, or with `'cancel'` the paused run is cancelled); without it, it queues behind.
    */
   onBusy?: OnBusy;
+  /**
+   * The thread was created by the front for this request (`threadId` names it): a refusal
+   * removes it again, so a refused request leaves no row it created (see `dropNewThread`).
+   */
+  newThread?: NewThread;
 }
 
 /** The client-gone signal, or its maker: made only when first needed (most refusals never need it). */
@@ -96,8 +101,9 @@ export async function submitQueued(
   request: RunRequest,
   options: { withRun?: WithRun } = {},
 ): Promise<RunRow> {
-  const newRun = await queuedRunOf(deps, who, request);
-  return admitQueued(deps, who, newRun, options.withRun);
+  return undoingThread(deps, request, async () =>
+    admitQueued(deps, who, await queuedRunOf(deps, who, request), options.withRun),
+  );
 }
 
 /**
@@ -111,10 +117,17 @@ export async function submitAndWait(
   request: RunRequest,
   options: { signal: ClientGone; windowMs?: number },
 ): Promise<Waited> {
-  const newRun = await queuedRunOf(deps, who, request);
-  const release = await takePlace(deps, who, newRun.class);
+  const { run, release } = await undoingThread(deps, request, async () => {
+    const newRun = await queuedRunOf(deps, who, request);
+    const place = await takePlace(deps, who, newRun.class);
+    try {
+      return { run: await admitQueued(deps, who, newRun), release: place };
+    } catch (error) {
+      place();
+      throw error;
+    }
+  });
   try {
-    const run = await admitQueued(deps, who, newRun);
     return await waitForRun(deps, run, signalOf(options.signal), options.windowMs);
   } finally {
     release();
@@ -152,8 +165,9 @@ export async function submitHeld(
     play: (run: RunRow) => Promise<unknown>;
   },
 ): Promise<HeldRun> {
-  const newRun = await newRunOf(deps, who, request, true);
-  const { run, release } = await admitHeld(deps, who, newRun, request.onBusy ?? 'wait', options.signal);
+  const { run, release } = await undoingThread(deps, request, async () =>
+    admitHeld(deps, who, await newRunOf(deps, who, request, true), request.onBusy ?? 'wait', options.signal),
+  );
   let playing: Promise<unknown>;
   try {
     // Called at once: the executor registers the run before a disconnect can be heard.
@@ -186,6 +200,24 @@ export async function submitInline(
   void done.catch(() => undefined);
   const windowMs = options.windowMs ?? deps.settings.syncTimeoutMs;
   return waited(await waitForHeld(deps.db, run, finished!, windowMs));
+}
+
+/**
+ * Runs a request's admission; when it throws (a refusal, bad input), the thread the front
+ * created for the request is removed before the error goes on. The one place every front's
+ * refusal undoes what the front created.
+ */
+async function undoingThread<T>(
+  deps: Pick<SubmissionDeps, 'db'>,
+  request: RunRequest,
+  admit: () => Promise<T>,
+): Promise<T> {
+  try {
+    return await admit();
+  } catch (error) {
+    if (request.newThread) await dropNewThread(deps.db, request.newThread).catch(() => undefined);
+    throw error;
+  }
 }
 
 const signalOf = (gone: ClientGone): AbortSignal => (typeof gone === 'function' ? gone() : gone);

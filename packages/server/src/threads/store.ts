@@ -165,6 +165,38 @@ export async function unlockThread(db: Database, threadId: string, runId: string
   );
 }
 
+/**
+ * A thread a front created for the request it is submitting (AG-UI's first use of a client's
+ * thread id, a Responses chain's first follow-up): `seededFrom` is the run it was seeded from,
+ * which names it as its thread from then on.
+ */
+export interface NewThread {
+  id: string;
+  seededFrom?: string;
+}
+
+/**
+ * Removes a thread that was created for a request which was then refused, so that a refused
+ * request leaves no row behind. Only while nothing has used it since: no run of it (the run it
+ * was seeded from aside, which goes back to having no thread) and no holder of its lock (a
+ * concurrent request being admitted on it). Its messages go with it. True when it was removed.
+ */
+export async function dropNewThread(db: SqlClient, thread: NewThread): Promise<boolean> {
+  const { rows } = await db.query<{ n: number }>(
+    `WITH gone AS (
+       DELETE FROM threads t
+       WHERE t.id = $1::text AND t.active_run_id IS NULL
+         AND NOT EXISTS (SELECT 1 FROM agent_runs r WHERE r.thread_id = t.id AND r.id IS DISTINCT FROM $2::text)
+       RETURNING t.id),
+     unseeded AS (
+       UPDATE agent_runs SET thread_id = NULL
+       WHERE id = $2::text AND thread_id IN (SELECT id FROM gone) RETURNING id)
+     SELECT count(*)::int AS n FROM gone`,
+    [thread.id, thread.seededFrom ?? null],
+  );
+  return (rows[0]?.n ?? 0) > 0;
+}
+
 /** Renews the leases of the threads held by runs this process executes. */
 export async function renewThreadLeases(db: Database, runIds: string[], leaseMs: number): Promise<void> {
   if (runIds.length === 0) return;
