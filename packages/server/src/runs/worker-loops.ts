@@ -1,0 +1,134 @@
+import { systemClock, type Clock } from 'sluice/concurrency';
+import type { RunClass } from './lifecycle.js';
+import type { RunRow } from './store.js';
+
+type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: object) => void;
+
+export interface WorkerLoopsOptions {
+  /** Executes a run a loop claimed; the loop claims its next run when this settles. */
+  execute(run: RunRow): Promise<unknown>;
+  log?: Log;
+  /** The idle polls and backoffs are timers of this clock (tests drive it by hand). */
+  clock?: Clock;
+  /** How long an idle loop waits for a notify before it claims again. */
+  idlePollMs: number;
+  /** The longest backoff of a loop whose claims fail. */
+  maxBackoffMs: number;
+  /** Backoff jitter in [0, 1): default Math.random. */
+  random?: () => number;
+}
+
+/**
+ * The queue workers of one process: loops that each claim a run of their class, execute it,
+ * and claim again; with nothing to claim, a loop waits for a notify or its idle poll.
+ *
+ * A notify wakes loops that are idle at that moment. One that is claiming then (its read
+ * taken before the new run committed, so it finds nothing) would miss it and sleep a whole
+ * poll with work queued and itself free: every notify that wakes fewer loops than it has runs
+ * is counted for its class (`#heard`), and a loop whose claim found nothing while the count
+ * moved claims again at once instead of going idle.
+ */
+export class WorkerLoops {
+  /** Idle loops, each with the class of run it claims. */
+  readonly #idle = new Map<() => void, RunClass>();
+  /** Loops waiting out a database failure; woken only to stop. */
+  readonly #backingOff = new Set<() => void>();
+  readonly #loops: Promise<void>[] = [];
+  /** Notifies of each class that found no idle loop to wake for every run (any-class ones count for all). */
+  readonly #heard = new Map<RunClass | 'any', number>();
+  #claiming = false;
+  readonly #options: WorkerLoopsOptions;
+  readonly #clock: Clock;
+
+  constructor(options: WorkerLoopsOptions) {
+    this.#options = options;
+    this.#clock = options.clock ?? systemClock;
+  }
+
+  /** Loops idle now (waiting for a notify or their poll), for tests and metrics. */
+  get idle(): number {
+    return this.#idle.size;
+  }
+
+  /**
+   * Queued runs were written: wake idle workers now instead of at their next poll. Given a
+   * class, one idle loop of that class is woken per run: a loop that wakes for nothing costs a
+   * transaction, and a burst of admissions must not make every worker claim in vain. Runs left
+   * without a woken loop are heard by the loops claiming now. Without a class (a thread freed,
+   * scheduled runs promoted, the workers stopping), every idle loop wakes and every claiming
+   * loop claims again.
+   */
+  notify(runClass?: RunClass, runs = 1): void {
+    let left = runs;
+    for (const [wake, loopClass] of [...this.#idle]) {
+      if (runClass !== undefined && (loopClass !== runClass || left <= 0)) continue;
+      left--;
+      wake();
+    }
+    if (runClass === undefined || left > 0) {
+      const key = runClass ?? 'any';
+      this.#heard.set(key, (this.#heard.get(key) ?? 0) + 1);
+    }
+  }
+
+  /** Starts `count` loops claiming runs of `runClass` with `claim`. */
+  start(runClass: RunClass, count: number, claim: () => Promise<RunRow | undefined>): void {
+    this.#claiming = true;
+    for (let i = 0; i < count; i++) this.#loops.push(this.#loop(runClass, claim));
+  }
+
+  /** Claim nothing more; resolves when every loop has ended (after its current run). */
+  async stop(): Promise<void> {
+    this.#claiming = false;
+    this.notify();
+    for (const wake of [...this.#backingOff]) wake();
+    await Promise.allSettled(this.#loops.splice(0));
+  }
+
+  #heardFor(runClass: RunClass): number {
+    return (this.#heard.get(runClass) ?? 0) + (this.#heard.get('any') ?? 0);
+  }
+
+  async #loop(runClass: RunClass, claim: () => Promise<RunRow | undefined>): Promise<void> {
+    const { idlePollMs, maxBackoffMs } = this.#options;
+    const random = this.#options.random ?? Math.random;
+    let failures = 0;
+    while (this.#claiming) {
+      const heard = this.#heardFor(runClass);
+      let run: RunRow | undefined;
+      try {
+        run = await claim();
+        failures = 0;
+      } catch (error) {
+        // The database is away: back off (with jitter, so a hundred loops do not knock on a
+        // recovering server at once), then try again. The loop itself never ends on an error.
+        if (failures++ === 0)
+          this.#options.log?.('warn', 'claiming a queued run failed', { error: String(error) });
+      }
+      if (run) {
+        await this.#options.execute(run).catch(() => undefined);
+        continue;
+      }
+      // Stopped while claiming: end now rather than after a poll.
+      if (!this.#claiming) break;
+      // A run queued while this claim was reading, with no idle loop to wake: claim again now.
+      if (failures === 0 && this.#heardFor(runClass) !== heard) continue;
+      const pause =
+        failures === 0
+          ? idlePollMs
+          : Math.min(idlePollMs * 2 ** failures, maxBackoffMs) * (0.5 + random() / 2);
+      await new Promise<void>((resolve) => {
+        const wake = () => {
+          this.#clock.clearTimeout(timer);
+          this.#idle.delete(wake);
+          this.#backingOff.delete(wake);
+          resolve();
+        };
+        const timer = this.#clock.setTimeout(wake, pause);
+        // A notify wakes a healthy loop at once; a failing one keeps its backoff.
+        if (failures === 0) this.#idle.set(wake, runClass);
+        else this.#backingOff.add(wake);
+      });
+    }
+  }
+}
