@@ -58,6 +58,9 @@ export async function openStore(options: StoreOptions): Promise<Store> {
   return openEmbedded(options.dataDir);
 }
 
+/** How long past its statement timeout a statement's answer may take before its connection counts as gone. */
+const STALLED_MARGIN_MS = 1000;
+
 /** How the store's connections get their timeouts: in the startup packet, or per transaction. */
 type TimeoutsAt = 'startup' | 'transaction';
 
@@ -75,6 +78,11 @@ function poolOf(url: string, options: StoreOptions, at: TimeoutsAt): { pool: pg.
     max: options.poolSize ?? 20,
     // Waiting for a connection (a new one, or a free one of a busy pool) ends after this, with 503.
     connectionTimeoutMillis: 30_000,
+    // PostgreSQL ends a statement at its statement timeout, but on a connection gone silent with
+    // no reset (a partition, a NAT that forgot it) that answer never comes: without a bound of
+    // our own the statement waits for ever, and the pool's connections hang one by one. A
+    // statement unanswered a second past the timeout fails, and its connection is dropped.
+    query_timeout: statementTimeout + STALLED_MARGIN_MS,
     ...(at === 'startup' ? timeouts : {}),
   });
   // An idle connection that the server ends (restart, pg_terminate_backend, a proxy's reaper)

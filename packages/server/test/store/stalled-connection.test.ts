@@ -1,0 +1,34 @@
+import { expect, it } from 'vitest';
+import { describeWith } from '../../../../scripts/service-suites.js';
+import { openStore } from '../../src/store/store.js';
+import { afterThisTest, freshDatabase, postgres, startDatabaseProxy, throughProxy } from '../helpers.js';
+
+// Found by the soak: a database connection that went silent without a reset (a partition, a
+// NAT that forgot it) held each statement sent on it for ever. PostgreSQL's statement timeout
+// ends the statement there, but its answer never comes back; the pool's connections hung one
+// by one, and the server never answered /readyz 200 again.
+
+describeWith({ PostgreSQL: postgres })('a stalled database connection', () => {
+  it('a statement on a connection gone silent fails soon after the statement timeout, and the next goes through a new connection', async () => {
+    const proxy = await startDatabaseProxy();
+    const store = await openStore({
+      databaseUrl: throughProxy(await freshDatabase(), proxy.port),
+      dataDir: '/nonexistent',
+      statementTimeoutMs: 300,
+      // One connection: the next statement can only go through a new one once it is dropped.
+      poolSize: 1,
+    });
+    afterThisTest(() => store.close());
+    await store.db.query('SELECT 1');
+
+    proxy.stall();
+    await expect(store.db.query('SELECT 1')).rejects.toThrow(/timeout/i);
+    expect((await store.db.query<{ one: number }>('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+
+    // A transaction too: its BEGIN goes unanswered, then its ROLLBACK, and the connection is dropped.
+    proxy.stall();
+    await expect(store.db.transaction((tx) => tx.query('SELECT 1'))).rejects.toThrow(/timeout/i);
+    const one = await store.db.transaction((tx) => tx.query<{ one: number }>('SELECT 1 AS one'));
+    expect(one.rows).toEqual([{ one: 1 }]);
+  }, 60_000);
+});
