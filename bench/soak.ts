@@ -17,9 +17,17 @@ import pg from 'pg';
 import { toDatabase } from '@sluice/postgres/database';
 import { createToken } from '../packages/server/src/store/tokens.js';
 import { migrate } from '../packages/server/src/store/store.js';
-import { createTcpProxy } from '../scripts/tcp-proxy.js';
-import { check, finalStates, readRuns, violationNames, type Caps } from './soak/checker.js';
-import { faultKinds, injectFaults, type FaultRecord } from './soak/faults.js';
+import { createTcpProxy, type TcpProxy } from '../scripts/tcp-proxy.js';
+import {
+  check,
+  finalStates,
+  readChanges,
+  readRuns,
+  statusHistorySql,
+  violationNames,
+  type Caps,
+} from './soak/checker.js';
+import { faultKinds, injectFaults, type FaultKind, type FaultRecord } from './soak/faults.js';
 import { runLoad, type Call, type Tenant } from './soak/load.js';
 import { startSoakProvider } from './soak/provider.js';
 import { seeded } from './soak/random.js';
@@ -40,17 +48,35 @@ const option = (name: string, fallback: number): number => {
 const minutes = option('minutes', 10);
 const seed = Math.floor(option('seed', 1 + Math.floor(Math.random() * 1_000_000)));
 const clients = Math.floor(option('clients', 8));
+/** `--faults kill9,db_stall`: only these kinds (to chase one); all of them by default. */
+const kinds = ((): FaultKind[] => {
+  const at = argv.indexOf('--faults');
+  if (at < 0) return [...faultKinds];
+  const named = (argv[at + 1] ?? '').split(',');
+  const unknown = named.filter((k) => !(faultKinds as readonly string[]).includes(k));
+  if (unknown.length > 0 || named.length === 0)
+    throw new Error(`Expected --faults to name kinds of ${faultKinds.join(', ')}, got ${argv[at + 1]}`);
+  return named as FaultKind[];
+})();
 /**
  * The settle after the load: the queues drain at the provider's pace, so it goes on while runs
  * keep ending (or callbacks keep coming), and gives up only after this long without progress.
  */
 const SETTLE_STALL_MS = 120_000;
+/** How often processes and connections are sampled for growth. */
+const SAMPLE_EVERY_MS = 5000;
+const NODE_STALE_MS = 6000;
+const DRAIN_TIMEOUT_MS = 3000;
 
 const caps: Caps = {
   activePerTenant: 8,
   tenantQuota: { t3: 3 },
   activePerProject: 6,
   deferredRunningPerTenant: 2,
+  // Low enough to be reached: clients send faster than 4 provider slots drain.
+  deferredQueuedPerTenant: 6,
+  // Five users, several clients: some users hold more than three calls at once.
+  perUser: 3,
   providerLimit: 4,
 };
 const who = [
@@ -92,14 +118,20 @@ const database = 'soak';
 const directUrl = postgres.url.replace(/\/postgres$/, `/${database}`);
 const migrations = new pg.Pool({ connectionString: directUrl, max: 2 });
 await migrate(toDatabase(migrations));
+// Every status change of every run, with its microsecond: the checker's timeline (soak-only).
+await migrations.query(statusHistorySql);
 const secrets = await Promise.all(
   who.map((w, i) => createToken(toDatabase(migrations), { ...w, user: `u${i}`, role: 'member' })),
 );
 await migrations.end();
 
 const bouncer = await startPgBouncer(postgres, database);
-const proxy = await createTcpProxy({ host: '127.0.0.1', port: bouncer.port });
 cleanups.push(() => bouncer.stop());
+const serverNames = ['s1', 's2', 's3'];
+// One proxy per server, so a stall can reach one server and leave the others be.
+const proxies = new Map<string, TcpProxy>();
+for (const name of serverNames)
+  proxies.set(name, await createTcpProxy({ host: '127.0.0.1', port: bouncer.port }));
 const redis = await startRedis();
 cleanups.push(() => redis.stop());
 // Its own generator: the provider's answers do not shift the clients' choices.
@@ -109,32 +141,42 @@ const receiver = await startReceiver();
 const env: NodeJS.ProcessEnv = { ...process.env };
 for (const key of Object.keys(env)) if (key.startsWith('VITEST') || key === 'NODE_OPTIONS') delete env[key];
 Object.assign(env, {
-  DATABASE_URL: `postgresql://postgres@127.0.0.1:${proxy.port}/${database}`,
   SLUICE_CACHE_STORE: 'redis',
   REDIS_URL: redis.url,
   PROVIDER_URL: provider.standIn.url,
   SOAK_RECEIVER_URL: receiver.url,
   SOAK_LIMIT: String(caps.providerLimit),
   SLUICE_CALLBACK_ALLOW_PRIVATE: '1',
-  SLUICE_NODE_STALE_MS: '6000',
+  SLUICE_NODE_STALE_MS: String(NODE_STALE_MS),
   SLUICE_DB_POOL_SIZE: '6',
   SLUICE_LOG_LEVEL: process.env.SLUICE_LOG_LEVEL ?? 'warn',
   MODE: 'production',
   AGENT_SYNC_TIMEOUT_MS: '5000',
-  AGENT_RUN_DRAIN_TIMEOUT_MS: '3000',
+  AGENT_RUN_DRAIN_TIMEOUT_MS: String(DRAIN_TIMEOUT_MS),
   AGENT_RUN_CONCURRENCY: '4',
   AGENT_RUN_MAX_ACTIVE_PER_TENANT: String(caps.activePerTenant),
   AGENT_RUN_MAX_ACTIVE_PER_PROJECT: String(caps.activePerProject),
   AGENT_DEFERRED_MAX_RUNNING_PER_TENANT: String(caps.deferredRunningPerTenant),
   // Clients send faster than 4 provider slots drain: a bounded deferred queue refuses the rest
   // (429) instead of leaving an hour of backlog at the end.
-  AGENT_DEFERRED_MAX_QUEUED_PER_TENANT: '40',
+  AGENT_DEFERRED_MAX_QUEUED_PER_TENANT: String(caps.deferredQueuedPerTenant),
+  SLUICE_MAX_CONCURRENT_PER_USER: String(caps.perUser),
 });
 const servers = await Promise.all(
-  ['s1', 's2', 's3'].map(async (name) => soakServer(name, await freePort(), env, logDir)),
+  serverNames.map(async (name) =>
+    soakServer(name, await freePort(), {
+      env: { ...env, DATABASE_URL: `postgresql://postgres@127.0.0.1:${proxies.get(name)!.port}/${database}` },
+      logDir,
+      // A drain that has not ended well after its timeout is counted, and the process killed.
+      drainBoundMs: DRAIN_TIMEOUT_MS + 30_000,
+    }),
+  ),
 );
 cleanups.push(() => servers.forEach((server) => server.kill()));
-await Promise.all(servers.map((server) => server.start()));
+const started = await Promise.all(servers.map((server) => server.start()));
+if (!started.every(Boolean)) throw new Error(`a server did not start; see the logs in ${logDir}`);
+// s1 is kept out of kill9 and SIGTERM: one process whose growth is judged over the whole run.
+const kept = servers[0]!;
 log(`servers ready: ${servers.map((s) => s.url).join(' ')}`);
 
 const tenants: Tenant[] = await Promise.all(
@@ -156,7 +198,17 @@ const tenants: Tenant[] = await Promise.all(
 
 const balancer = new Balancer(servers);
 balancer.start();
-const sampling = startSampling(servers, postgres.url, database, Math.min(60_000, (minutes * 60_000) / 8));
+const sampling = startSampling(
+  {
+    servers,
+    postgresUrl: postgres.url,
+    database,
+    bouncerAdminUrl: bouncer.url.replace(/\/[^/]*$/, '/pgbouncer'),
+    proxySockets: () => [...proxies.values()].reduce((sum, p) => sum + p.openSockets, 0),
+    redisPort: redis.port,
+  },
+  SAMPLE_EVERY_MS,
+);
 const stopLoad = new AbortController();
 const stopFaults = new AbortController();
 const loadDone = runLoad({
@@ -168,9 +220,10 @@ const loadDone = runLoad({
   signal: stopLoad.signal,
 });
 const faultsDone = injectFaults(
-  { servers, balancer, postgres, proxy, redis, provider, database },
+  { servers, kept, balancer, postgres, proxies, redis, provider, database, nodeStaleMs: NODE_STALE_MS },
   seeded(seed + 1),
   stopFaults.signal,
+  kinds,
 );
 const progress = setInterval(() => log(`${receiver.executions.length} runs executed so far`), 30_000);
 await new Promise((resolve) => setTimeout(resolve, minutes * 60_000));
@@ -185,12 +238,15 @@ const settled = await settle(directUrl);
 sampling.stop();
 await sampling.take();
 const runs = await readRuns(directUrl);
+const changes = await readChanges(directUrl);
 const verdict = check(
   {
     calls,
     executions: receiver.executions,
     deliveries: receiver.deliveries,
     faults,
+    changes,
+    exits: servers.flatMap((server) => server.exits),
     samples: sampling.samples,
     providerPeak: provider.standIn.peakInFlight,
   },
@@ -214,7 +270,7 @@ for (const server of servers) await server.terminate();
 balancer.stop();
 await provider.standIn.close();
 await receiver.close();
-await proxy.close();
+for (const proxy of proxies.values()) await proxy.close();
 stopAll();
 
 const failed = violationNames.some((name) => verdict.violations[name] > 0);
@@ -226,6 +282,13 @@ console.log(
     runs: acceptedIds.size,
     calls: calls.length,
     faults: faultCounts,
+    // Refusals by the cap they named: each cap was reached, not only configured.
+    refused: Object.fromEntries(
+      ['max_active_runs', 'max_queued_runs', 'max_concurrent_per_user'].map((limit) => [
+        limit,
+        calls.filter((c) => c.limit === limit).length,
+      ]),
+    ),
     violations: verdict.violations,
   }),
 );

@@ -6,7 +6,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
-import pg from 'pg';
+import { postgresAnswers } from './probes.mjs';
 
 // The suite runs three files at once, several of which start `sluice serve` processes with
 // pools of their own; PostgreSQL's default of 100 sessions ran out ("sorry, too many clients
@@ -14,18 +14,7 @@ import pg from 'pg';
 // user's to configure.
 const MAX_CONNECTIONS = 400;
 
-async function reachable(connectionString) {
-  const client = new pg.Client({ connectionString, connectionTimeoutMillis: 3000 });
-  try {
-    await client.connect();
-    await client.query('SELECT 1');
-    return true;
-  } catch {
-    return false;
-  } finally {
-    await client.end().catch(() => undefined);
-  }
-}
+const reachable = (connectionString) => postgresAnswers(connectionString);
 
 function binDir() {
   const root = '/usr/lib/postgresql';

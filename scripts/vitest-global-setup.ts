@@ -1,11 +1,12 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
-import { connect, createServer } from 'node:net';
+import { connect } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
 import { serverOf, type PostgresServer } from './postgres-config.js';
+import { freePort, postgresAnswers } from './probes.mjs';
 import { serviceDecision, type TestService } from './test-services.js';
 // @ts-expect-error plain ESM script without types
 import { ensurePostgres } from './postgres.mjs';
@@ -203,18 +204,7 @@ async function ensurePgBouncer(
   throw new Error(`PgBouncer did not start on 127.0.0.1:${port}; see ${join(dir, 'pgbouncer.log')}`);
 }
 
-async function answers(config: PostgresTestConfig): Promise<boolean> {
-  const client = new pg.Client({ ...config, connectionTimeoutMillis: 3000 });
-  try {
-    await client.connect();
-    await client.query('SELECT 1');
-    return true;
-  } catch {
-    return false;
-  } finally {
-    await client.end().catch(() => undefined);
-  }
-}
+const answers = (config: PostgresTestConfig) => postgresAnswers(config);
 
 /**
  * The Redis of this run: REDIS_URL when it answers PING, else Debian's redis-server started on
@@ -262,15 +252,4 @@ function redisAnswers(url: string): Promise<boolean> {
 function onPath(name: string): string | undefined {
   const found = spawnSync('sh', ['-c', `command -v ${name}`], { encoding: 'utf8' });
   return found.status === 0 ? found.stdout.trim() : undefined;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const probe = createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const address = probe.address();
-      probe.close(() => resolvePort(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
 }

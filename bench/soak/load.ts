@@ -31,8 +31,10 @@ export interface Call {
   runId?: string;
   /** The final state the client was told (inline answer, stream's or frame's last event). */
   final?: string;
-  /** The error code of a refusal, or the network error. */
+  /** The error code of a refusal, an error frame's code, or the network error (`network:…`). */
   error?: string;
+  /** The limit a refusal named (`max_concurrent_per_user`, `max_queued_runs`, …). */
+  limit?: string;
   callback: boolean;
 }
 
@@ -149,7 +151,7 @@ async function posted(
   const reply = (await response.json().catch(() => ({}))) as {
     id?: string;
     status?: string;
-    error?: { code?: string; type?: string };
+    error?: { code?: string; type?: string; limit?: string };
   };
   if (response.status >= 200 && response.status < 300 && reply.id) {
     call.runId = reply.id;
@@ -159,6 +161,7 @@ async function posted(
     }
   } else {
     call.error = reply.error?.code ?? reply.error?.type ?? `http_${response.status}`;
+    call.limit = reply.error?.limit;
   }
 }
 
@@ -171,8 +174,9 @@ async function streamed(call: Call, server: SoakServer, tenant: Tenant, token: s
   });
   call.status = response.status;
   if (response.status !== 200 || !response.body) {
-    const reply = (await response.json().catch(() => ({}))) as { error?: { code?: string } };
+    const reply = (await response.json().catch(() => ({}))) as { error?: { code?: string; limit?: string } };
     call.error = reply.error?.code ?? `http_${response.status}`;
+    call.limit = reply.error?.limit;
     return;
   }
   const decoder = new TextDecoder();
@@ -220,11 +224,13 @@ function overWebSocket(call: Call, server: SoakServer, tenant: Tenant): Promise<
       const frame = JSON.parse(String(raw)) as {
         type: string;
         data?: { id?: string };
-        error?: { code?: string };
+        error?: { code?: string; limit?: string };
       };
       if (frame.type === 'run.created') call.runId = frame.data?.id;
-      else if (frame.type === 'error') done(frame.error?.code ?? 'error_frame');
-      else if (terminal.has(frame.type)) {
+      else if (frame.type === 'error') {
+        call.limit = frame.error?.limit;
+        done(frame.error?.code ?? 'error_frame');
+      } else if (terminal.has(frame.type)) {
         call.final = finalOf(frame.type);
         done();
       }
@@ -233,6 +239,8 @@ function overWebSocket(call: Call, server: SoakServer, tenant: Tenant): Promise<
 }
 
 function networkError(error: unknown): string {
+  // AbortSignal.timeout's DOMException: the call was held longer than the client waits.
+  if ((error as Error).name === 'TimeoutError') return 'network:timeout';
   const cause = (error as { cause?: { code?: string } }).cause;
   return `network:${cause?.code ?? (error as { code?: string }).code ?? (error as Error).name ?? 'error'}`;
 }

@@ -1,6 +1,8 @@
 /**
  * The soak's model provider: the stand-in as an account with limits, answering each run with a
  * call of the `mark` tool (so the receiver learns which run executed where) and then a text.
+ * Most answers take 5-60 ms; one in LONG_SHARE takes seconds, so some requests are in flight
+ * across a fault (a lease running out, a database away, a process killed).
  * While a provider fault is on, a share of its answers are that fault: a 429 with retry-after,
  * a 500, or a stream dropped in the middle.
  */
@@ -30,13 +32,17 @@ function answer(request: StandInRequest): Reply {
   return { toolCalls: [{ name: 'mark', arguments: { token } }], usage: { input: 40, output: 8 } };
 }
 
+/** The share of answers that take seconds, and how long. */
+export const LONG_SHARE = 0.06;
+export const LONG_MS = { min: 1500, max: 8000 };
+
 export async function startSoakProvider(
   random: Random,
   limits: { maxConcurrent: number },
 ): Promise<SoakProvider> {
   let current: ProviderFault | undefined;
   const standIn = await startProviderStandIn({
-    latencyMs: () => random.int(5, 60),
+    latencyMs: () => (random.next() < LONG_SHARE ? random.int(LONG_MS.min, LONG_MS.max) : random.int(5, 60)),
     // The account allows more at once than the limiter: what it sees above the limiter's limit
     // is counted by its peak, not refused, so the soak can tell how far over it went.
     limits: {

@@ -9,6 +9,9 @@ export interface Execution {
   runId: string;
   token: string;
   pid: number;
+  /** When the tool began, on the server's clock (the same machine's). */
+  startedAt: number;
+  /** When the receiver read it. */
   at: number;
 }
 
@@ -44,6 +47,7 @@ export async function startReceiver(): Promise<Receiver> {
             runId: String(body.runId),
             token: String(body.token),
             pid: Number(body.pid),
+            startedAt: Number(body.startedAt),
             at: Date.now(),
           });
         } else if (request.url === '/callback') {

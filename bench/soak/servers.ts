@@ -1,6 +1,8 @@
 /**
  * The soak's `sluice serve` processes, each on a fixed loopback port so a restarted one comes
  * back at the same address, and a load balancer's view of them: which answer `/readyz` 200.
+ * Every exit the soak did not ask for is recorded (a crash, a start that failed), and so is a
+ * drain that did not end within its bound (the process is then killed, so the soak goes on).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -12,6 +14,14 @@ const root = fileURLToPath(new URL('../../', import.meta.url));
 const bin = join(root, 'packages/server/bin/sluice.js');
 const config = fileURLToPath(new URL('./soak.config.ts', import.meta.url));
 
+/** An exit the soak did not ask for, or a drain that did not end in time. */
+export interface ServerExit {
+  server: string;
+  pid: number | undefined;
+  at: number;
+  what: string;
+}
+
 export interface SoakServer {
   readonly name: string;
   readonly url: string;
@@ -19,13 +29,25 @@ export interface SoakServer {
   readonly pid: number | undefined;
   /** Every process this server has been, in order (for the memory samples). */
   readonly incarnations: readonly number[];
-  start(): Promise<void>;
+  /** Exits nobody asked for, and drains killed for lasting too long. */
+  readonly exits: readonly ServerExit[];
+  /** Starts a process and waits for `/readyz` 200; false (and recorded) when it did not come up. */
+  start(): Promise<boolean>;
   /** SIGKILL: no drain, no goodbye. */
   kill9(): Promise<void>;
-  /** SIGTERM: the drain, then the exit. */
+  /** SIGTERM: the drain, then the exit; killed (and recorded) after `drainBoundMs`. */
   terminate(): Promise<void>;
   /** SIGKILL without waiting, for the soak's own exit. */
   kill(): void;
+}
+
+export interface ServerOptions {
+  env: NodeJS.ProcessEnv;
+  logDir: string;
+  /** The longest a SIGTERM drain may take before the process is killed and the drain counted. */
+  drainBoundMs: number;
+  /** How long a start may take to answer `/readyz` 200. */
+  startTimeoutMs?: number;
 }
 
 async function ready(url: string): Promise<boolean> {
@@ -38,18 +60,40 @@ async function ready(url: string): Promise<boolean> {
   }
 }
 
-export function soakServer(name: string, port: number, env: NodeJS.ProcessEnv, logDir: string): SoakServer {
+export function soakServer(name: string, port: number, options: ServerOptions): SoakServer {
   const url = `http://127.0.0.1:${port}`;
+  const { env, logDir, drainBoundMs } = options;
+  // Longer than the injector's 90 s wait for /readyz: a slow restart is counted there first.
+  const startTimeoutMs = options.startTimeoutMs ?? 120_000;
   let child: ChildProcess | undefined;
+  /** The processes the soak is stopping itself: their exits are expected. */
+  const stopping = new WeakSet<ChildProcess>();
   const incarnations: number[] = [];
+  const exits: ServerExit[] = [];
   const log = openSync(join(logDir, `${name}.log`), 'a');
-  const stopped = async (signal: NodeJS.Signals) => {
+  const record = (pid: number | undefined, what: string) =>
+    exits.push({ server: name, pid, at: Date.now(), what });
+  const stopped = async (signal: NodeJS.Signals, boundMs?: number) => {
     const current = child;
     if (!current || current.exitCode !== null || current.signalCode !== null) return;
+    stopping.add(current);
     const exited = once(current, 'exit');
     current.kill(signal);
-    await exited;
-    child = undefined;
+    if (boundMs === undefined) await exited;
+    else {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const late = await Promise.race([
+        exited.then(() => false),
+        new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), boundMs))),
+      ]);
+      clearTimeout(timer);
+      if (late) {
+        record(current.pid, `the ${signal} drain had not ended after ${boundMs} ms: killed`);
+        current.kill('SIGKILL');
+        await exited;
+      }
+    }
+    if (child === current) child = undefined;
   };
   return {
     name,
@@ -58,6 +102,7 @@ export function soakServer(name: string, port: number, env: NodeJS.ProcessEnv, l
       return child?.pid;
     },
     incarnations,
+    exits,
     async start() {
       const started = spawn(process.execPath, [bin, 'serve', '--port', String(port), '--config', config], {
         cwd: root,
@@ -66,18 +111,21 @@ export function soakServer(name: string, port: number, env: NodeJS.ProcessEnv, l
       });
       child = started;
       incarnations.push(started.pid!);
-      // Longer than the injector's 90 s wait for /readyz: a slow restart is counted there, not a crash here.
-      const until = Date.now() + 120_000;
+      started.once('exit', (code, signal) => {
+        if (!stopping.has(started)) record(started.pid, `exited by itself (${signal ?? `code ${code}`})`);
+        if (child === started) child = undefined;
+      });
+      const until = Date.now() + startTimeoutMs;
       while (Date.now() < until) {
-        if (started.exitCode !== null)
-          throw new Error(`${name} exited (${started.exitCode}) while starting; see ${logDir}/${name}.log`);
-        if (await ready(url)) return;
+        if (started.exitCode !== null || started.signalCode !== null) return false;
+        if (await ready(url)) return true;
         await new Promise((resolve) => setTimeout(resolve, 200));
       }
-      throw new Error(`${name} was not ready within 120 s; see ${logDir}/${name}.log`);
+      record(started.pid, `not ready within ${startTimeoutMs} ms of its start`);
+      return false;
     },
     kill9: () => stopped('SIGKILL'),
-    terminate: () => stopped('SIGTERM'),
+    terminate: () => stopped('SIGTERM', drainBoundMs),
     kill: () => child?.kill('SIGKILL'),
   };
 }

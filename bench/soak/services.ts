@@ -8,24 +8,13 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { chownSync, existsSync, mkdtempSync, openSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
+import { freePort, postgresAnswers } from '../../scripts/probes.mjs';
 
 const asRoot = process.getuid?.() === 0;
 
-/** A free port on 127.0.0.1 (free when asked; the soak takes it at once). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const address = probe.address();
-      probe.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
-}
+export { freePort };
 
 function postgresBin(): string {
   const root = '/usr/lib/postgresql';
@@ -55,19 +44,7 @@ function ownedFolder(prefix: string): string {
   return dir;
 }
 
-async function answers(url: string): Promise<boolean> {
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2000 });
-  client.on('error', () => undefined);
-  try {
-    await client.connect();
-    await client.query('SELECT 1');
-    return true;
-  } catch {
-    return false;
-  } finally {
-    await client.end().catch(() => undefined);
-  }
-}
+const answers = (url: string) => postgresAnswers(url, 2000);
 
 async function waitUntil(check: () => Promise<boolean>, what: string, timeoutMs = 30_000): Promise<void> {
   const until = Date.now() + timeoutMs;
@@ -169,6 +146,8 @@ export async function startPgBouncer(postgres: Postgres, database: string): Prom
       'max_client_conn = 2000',
       'default_pool_size = 60',
       'server_login_retry = 1',
+      // The soak samples its clients on the admin console (SHOW POOLS).
+      'admin_users = postgres',
       'ignore_startup_parameters = extra_float_digits,options',
       // pgbouncer refuses to run as root; started as root, it drops to this user itself.
       ...(asRoot ? ['user = postgres'] : []),

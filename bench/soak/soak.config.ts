@@ -15,7 +15,14 @@ const env = (name: string): string => {
   return value;
 };
 
-const pool = new pg.Pool({ connectionString: env('DATABASE_URL'), max: 4, connectionTimeoutMillis: 5000 });
+// query_timeout: a connection stalled by the soak's proxy would hold a limiter's statement for
+// ever (docs/postgres.md); this ends it, and the pool drops the connection.
+const pool = new pg.Pool({
+  connectionString: env('DATABASE_URL'),
+  max: 4,
+  connectionTimeoutMillis: 5000,
+  query_timeout: 10_000,
+});
 pool.on('error', () => undefined);
 
 export const SOAK_LIMIT = Number(env('SOAK_LIMIT'));
@@ -36,10 +43,11 @@ const mark = tool({
   description: 'Records that this run executed.',
   parameters: { type: 'object', properties: { token: { type: 'string' } }, required: ['token'] },
   async execute(args: { token: string }, context) {
+    const startedAt = Date.now();
     const response = await fetch(`${receiver}/executed`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ runId: context.runId, token: args.token, pid: process.pid }),
+      body: JSON.stringify({ runId: context.runId, token: args.token, pid: process.pid, startedAt }),
       signal: context.signal,
     });
     return response.ok ? 'marked' : `not marked: ${response.status}`;

@@ -19,6 +19,7 @@ interface SoakLine {
   seed: number;
   runs: number;
   faults: Record<string, number>;
+  refused: Record<string, number>;
   violations: Record<string, number>;
 }
 
@@ -63,6 +64,9 @@ itWith({
       Object.values(line!.faults).reduce((a, b) => a + b, 0),
       output,
     ).toBeGreaterThanOrEqual(3);
+    // The caps it checks were reached, not only configured: each refused some calls.
+    expect(line!.refused.max_concurrent_per_user, output).toBeGreaterThan(0);
+    expect(line!.refused.max_queued_runs, output).toBeGreaterThan(0);
     expect(line!.violations, output).toEqual(
       Object.fromEntries(Object.keys(line!.violations).map((k) => [k, 0])),
     );
