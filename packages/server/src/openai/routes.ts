@@ -17,6 +17,7 @@ import {
 import type { RouteContext } from '../routes/context.js';
 import { threadOfChain } from './chains.js';
 import { agentOfModel, chatInput, responsesInput, type RunMessage } from './input.js';
+import { interrupted, wasInterrupted } from './interrupted.js';
 import { requiresAction } from './paused.js';
 import { toChatCompletion, toResponse, type ResponseRequest } from './render.js';
 import { createChatBody, createResponseBody, responseParams } from './schemas.js';
@@ -106,6 +107,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
       if (background) return toResponse(await submitQueued(ctx, who, submission));
       if (flex) {
         const { run } = await submitAndWait(ctx, who, submission, { signal, windowMs });
+        if (wasInterrupted(run)) throw interrupted(run);
         return reply.status(isSettled(run.status) ? 200 : 202).send(toResponse(run));
       }
       if (body.stream) {
@@ -118,6 +120,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
         return reply;
       }
       const { run: final } = await submitInline(ctx, who, submission, { signal, windowMs });
+      if (wasInterrupted(final)) throw interrupted(final);
       return reply.status(isSettled(final.status) ? 200 : 202).send(toResponse(final));
     },
   );
@@ -214,6 +217,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
       }
       if (final.status === 'succeeded') return toChatCompletion(final, body.model);
       if (final.status === 'requires_action') throw requiresAction(final);
+      if (wasInterrupted(final)) throw interrupted(final);
       if (!isFinal(final.status)) return reply.status(202).send(toChatCompletion(final, body.model));
       // The run ran: sending the same messages again is a new run, not a retry of a lost
       // request, so the client is told not to retry on its own (it obeys x-should-retry).

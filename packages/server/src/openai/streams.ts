@@ -4,6 +4,7 @@ import type { Executor } from '../runs/executor.js';
 import { getRun, type RunRow } from '../runs/store.js';
 import { EventStream } from '../routes/stream-run.js';
 import { messageIdOf, outputMessage, toChatCompletion, toResponse } from './render.js';
+import { interrupted, wasInterrupted } from './interrupted.js';
 import { requiresAction } from './paused.js';
 
 /** Runs executed here and streamed in the OpenAI APIs' own event shapes. */
@@ -26,7 +27,8 @@ async function finalRow(
 /**
  * A Responses stream: `response.created`, `response.in_progress`, the message item and its text
  * part as the first text arrives, its deltas, then the `.done` events and one of
- * `response.completed`, `response.failed` or `response.incomplete`. Every event carries its
+ * `response.completed`, `response.failed` or `response.incomplete`, or for a run its server
+ * interrupted the API's `error` event (`agent_run_interrupted`). Every event carries its
  * `type` and a `sequence_number` from 0; no event type outside the API's own.
  */
 export async function streamResponse(
@@ -65,7 +67,11 @@ export async function streamResponse(
     options.db,
   );
   const response = toResponse(current);
-  if (response.status === 'completed') {
+  if (wasInterrupted(current)) {
+    // The Responses API's own `error` event, with the error object the client raises as well.
+    const { error } = interrupted(current).body();
+    send('error', { code: error.code, message: error.message, param: null, error });
+  } else if (response.status === 'completed') {
     open();
     const text = response.output_text;
     send('response.output_text.done', { ...item, text, logprobs: [] });
@@ -121,6 +127,8 @@ export async function streamChat(
     stream.data('[DONE]');
   } else if (current.status === 'requires_action') {
     stream.data({ error: requiresAction(current).body().error });
+  } else if (wasInterrupted(current)) {
+    stream.data({ error: interrupted(current).body().error });
   } else {
     stream.data({
       error: {
