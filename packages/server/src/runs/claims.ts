@@ -1,7 +1,7 @@
 import type { Database, SqlClient } from '@sluice/postgres/database';
 import { settingDefaults } from '../settings.js';
 import { lockThread, threadHeld, threadLeaseMs as leaseFor } from '../threads/store.js';
-import { hasRoom } from './caps.js';
+import { hasRoom, highestFitting } from './caps.js';
 import { claimByTurn, currentTurn } from './claim-turns.js';
 import { startRun } from './lifecycle.js';
 import type { RunRow } from './store.js';
@@ -53,7 +53,7 @@ async function start(
     );
     if (!lock.ok) return { busyThread: candidate.thread_id };
   }
-  return startRun(tx, candidate.id, worker);
+  return (await startRun(tx, candidate.id, worker))!;
 }
 
 /**
@@ -85,11 +85,22 @@ export async function claimDefaultRun(
   });
 }
 
+/** The tenant's lock for deferred claims, taken in the statement that picks the candidate. */
+const deferredLock = (tenant: string) => `hashtext('sluice:deferred:' || ${tenant})`;
+
 /**
- * Takes the oldest queued deferred run of a tenant under its running cap. Tenants at their cap
- * are left out inside the query, so however many of them have older runs, a tenant with room
- * is reached. The count is taken again under the tenant's advisory lock before the claim, so
- * workers on any process never run more than the cap for one tenant.
+ * Takes the oldest queued deferred run of a tenant under its running cap, in four round trips
+ * (BEGIN, pick, start, COMMIT) for a run without a thread:
+ * - the pick leaves out tenants at their cap (counted in the same statement), so however many
+ *   of them have older runs, a tenant with room is reached; it locks the candidate's row
+ *   (SKIP LOCKED keeps workers of every process apart) and then takes the tenant's advisory
+ *   lock (held to the end of the transaction);
+ * - the start counts the tenant's running deferred runs again and marks the candidate running
+ *   only when it has room. Under READ COMMITTED that statement reads what committed before it
+ *   began, after the lock was granted: every claim of the tenant that held the lock before has
+ *   committed by then, so workers on any process never run more than the cap for one tenant.
+ * A candidate of a thread takes the count, then its thread, then the start (claims.ts `start`).
+ * A tenant found full is left out of the next try; a busy thread too.
  */
 export async function claimDeferredRun(
   db: Database,
@@ -97,44 +108,45 @@ export async function claimDeferredRun(
   maxRunningPerTenant: number,
   threadLeaseMs = defaultThreadLeaseMs,
 ): Promise<RunRow | undefined> {
-  // Tenants at their cap, counted once per claim (running deferred runs are few: at most the
-  // workers of all processes). Another claimer can fill a tenant meanwhile; the count under the
-  // tenant's lock below catches that, and the tenant is left out of the next try.
-  const atCap =
-    maxRunningPerTenant > 0
-      ? (
-          await db.query<{ tenant: string; n: number }>(
-            `SELECT tenant, count(*)::int AS n FROM agent_runs WHERE status = 'running' AND class = 'deferred'
-             GROUP BY tenant`,
-          )
-        ).rows
-          .filter((r) => !hasRoom(r.n, maxRunningPerTenant))
-          .map((r) => r.tenant)
-      : [];
+  const capped = maxRunningPerTenant > 0;
+  // The most running runs at which one more still fits (caps.ts).
+  const highest = highestFitting(maxRunningPerTenant, 1);
+  const atCap: string[] = [];
   const busyThreads: string[] = [];
   for (;;) {
     const claimed = await db.transaction(async (tx) => {
       const candidate = (
         await tx.query<Candidate>(
-          `SELECT id, tenant, thread_id, seq::text AS seq FROM agent_runs r
-           WHERE status = 'queued' AND class = 'deferred' AND NOT (tenant = ANY($2::text[])) AND ${threadAllows}
-           ORDER BY r.seq FOR UPDATE SKIP LOCKED LIMIT 1`,
-          [busyThreads, atCap],
+          capped
+            ? `WITH full_tenants AS MATERIALIZED (
+                 SELECT tenant FROM agent_runs WHERE status = 'running' AND class = 'deferred'
+                 GROUP BY tenant HAVING count(*) > $3::int),
+               picked AS MATERIALIZED (
+                 SELECT id, tenant, thread_id, seq::text AS seq FROM agent_runs r
+                 WHERE status = 'queued' AND class = 'deferred' AND NOT (tenant = ANY($2::text[]))
+                   AND NOT EXISTS (SELECT 1 FROM full_tenants f WHERE f.tenant = r.tenant) AND ${threadAllows}
+                 ORDER BY r.seq FOR UPDATE SKIP LOCKED LIMIT 1)
+               SELECT id, tenant, thread_id, seq, pg_advisory_xact_lock(${deferredLock('tenant')}) IS NULL AS locked
+               FROM picked`
+            : `SELECT id, tenant, thread_id, seq::text AS seq FROM agent_runs r
+               WHERE status = 'queued' AND class = 'deferred' AND ${threadAllows}
+               ORDER BY r.seq FOR UPDATE SKIP LOCKED LIMIT 1`,
+          capped ? [busyThreads, atCap, highest] : [busyThreads],
         )
       ).rows[0];
       if (!candidate) return undefined;
-      if (maxRunningPerTenant > 0) {
-        await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [
-          `sluice:deferred:${candidate.tenant}`,
-        ]);
-        const running = (
-          await tx.query<{ n: number }>(
-            `SELECT count(*)::int AS n FROM agent_runs WHERE tenant = $1::text AND class = 'deferred' AND status = 'running'`,
-            [candidate.tenant],
-          )
-        ).rows[0]!.n;
-        if (!hasRoom(running, maxRunningPerTenant)) return { fullTenant: candidate.tenant };
+      if (!capped) return start(tx, candidate, worker, threadLeaseMs);
+      if (candidate.thread_id === null) {
+        const room = { tenant: candidate.tenant, highest: highest! };
+        return (await startRun(tx, candidate.id, worker, room)) ?? { fullTenant: candidate.tenant };
       }
+      const running = (
+        await tx.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM agent_runs WHERE tenant = $1::text AND class = 'deferred' AND status = 'running'`,
+          [candidate.tenant],
+        )
+      ).rows[0]!.n;
+      if (!hasRoom(running, maxRunningPerTenant)) return { fullTenant: candidate.tenant };
       return start(tx, candidate, worker, threadLeaseMs);
     });
     if (claimed === undefined) return undefined;

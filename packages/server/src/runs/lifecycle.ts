@@ -41,7 +41,7 @@ export * from './states.js';
  *   startRun          a queue worker's claim (runs/claims.ts); a deferred run only while its
  *                     tenant has room under the deferred running cap (caps.ts)
  *   finishRun, pauseRun
- *                     the executor on the process running it (runs/executor.ts #persist);
+ *                     the executor on the process running it (runs/run-execution.ts #persist);
  *                     fenced by `worker`, so a run declared lost meanwhile is left alone. A
  *                     pause that finds a cancel asked ends the run canceled instead.
  *   resumeRun, recordDecisions
@@ -185,15 +185,31 @@ export async function queueScheduled(tx: SqlClient, ids: string[]): Promise<void
   );
 }
 
-/** Marks a claimed run running for `worker` (inside the claim's transaction, row locked). */
-export async function startRun(tx: SqlClient, id: string, worker: string): Promise<RunRow> {
+/**
+ * Marks a claimed run running for `worker` (inside the claim's transaction, row locked).
+ * Given `room`, only while at most `room.highest` deferred runs of `room.tenant` are running
+ * (the deferred running cap, caps.ts `highestFitting`), counted by this same statement: the
+ * claim holds the tenant's deferred lock, so the count reads every claim that held it before.
+ * Undefined when the tenant is full.
+ */
+export async function startRun(
+  tx: SqlClient,
+  id: string,
+  worker: string,
+  room?: { tenant: string; highest: number },
+): Promise<RunRow | undefined> {
   return (
     await tx.query<RunRow>(
-      `UPDATE agent_runs SET status = 'running', worker = $1::text, started_at = clock_timestamp()
-       WHERE id = $2::text RETURNING ${full}`,
-      [worker, id],
+      room === undefined
+        ? `UPDATE agent_runs SET status = 'running', worker = $1::text, started_at = clock_timestamp()
+           WHERE id = $2::text RETURNING ${full}`
+        : `UPDATE agent_runs SET status = 'running', worker = $1::text, started_at = clock_timestamp()
+           WHERE id = $2::text AND (SELECT count(*) FROM agent_runs
+                                    WHERE tenant = $3::text AND class = 'deferred' AND status = 'running') <= $4::int
+           RETURNING ${full}`,
+      room === undefined ? [worker, id] : [worker, id, room.tenant, room.highest],
     )
-  ).rows[0]!;
+  ).rows[0];
 }
 
 /**

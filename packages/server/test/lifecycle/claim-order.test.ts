@@ -74,3 +74,46 @@ describeWith({ PostgreSQL: postgres })('claims serve each queue in admission ord
     expect(ofTenant(claimed, 'tb')).toEqual(ofTenant(admitted, 'tb'));
   });
 });
+
+describeWith({ PostgreSQL: postgres })('the deferred running cap under claims at once', () => {
+  it('16 claimers on two pools at once start exactly the cap of a tenant with a backlog, and every run of the others', async () => {
+    const url = await freshDatabase();
+    const [one, two] = [await openDb(url), await openDb(url)];
+    const CAP = 3;
+    // ta has 20 queued runs ahead of tb's 4: the claims that find ta full must reach tb.
+    const runs = [
+      ...Array.from({ length: 20 }, (_, i) => ({
+        who: who('ta'),
+        run: run({ class: 'deferred', input: `a ${i}` }),
+      })),
+      ...Array.from({ length: 4 }, (_, i) => ({
+        who: who('tb'),
+        run: run({ class: 'deferred', input: `b ${i}` }),
+      })),
+    ];
+    await one.transaction((tx) => insertRuns(tx, runs));
+    const claims = await Promise.all(
+      Array.from({ length: 16 }, (_, i) => claimDeferredRun(i % 2 === 0 ? one : two, `w${i % 2}`, CAP)),
+    );
+    const started = claims.filter((row) => row !== undefined);
+    const running = async (tenant: string) =>
+      (
+        await one.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM agent_runs WHERE tenant = $1 AND class = 'deferred' AND status = 'running'`,
+          [tenant],
+        )
+      ).rows[0]!.n;
+    // Every claimer that could start a run did: ta's cap and tb's cap, nothing more.
+    expect(started.filter((row) => row.tenant === 'ta')).toHaveLength(CAP);
+    expect(started.filter((row) => row.tenant === 'tb')).toHaveLength(CAP);
+    expect(await running('ta')).toBe(CAP);
+    expect(await running('tb')).toBe(CAP);
+    // A run of ta ends: the next claim takes ta's oldest queued run, and the one after finds ta full.
+    const ended = started.find((row) => row.tenant === 'ta')!;
+    await finishRun(one, ended.id, ended.worker!, { status: 'succeeded', output: 'ok' });
+    const next = await claimDeferredRun(two, 'w1', CAP);
+    expect(next?.tenant).toBe('ta');
+    expect(await claimDeferredRun(one, 'w0', CAP)).toBeUndefined();
+    expect(await running('ta')).toBe(CAP);
+  });
+});
