@@ -37,6 +37,9 @@ export interface EndToEndFigures {
   failed: number;
   /** The highest number of model calls in flight for one tenant, per tenant. */
   peaks: Record<string, number>;
+  /** The watched tenant (the first of the measure's) and the most of its runs open at once. */
+  watched: string;
+  demand: number;
 }
 
 async function freshDatabase(bench: Bench, name: string): Promise<string> {
@@ -154,10 +157,15 @@ export async function endToEnd(
         let load: LoadResult | undefined;
         void loaded.then((r) => (load = r)).catch(() => undefined);
         const deadline = Date.now() + options.timeoutMs;
-        let state = await system.pending(db);
+        // The first tenant's runs open at once (queued or running), the most seen: past the
+        // cap, the cap decided something in this measure.
+        const watched = options.tenants[0]!;
+        let state = await system.pending(db, watched);
+        let demand = state.openOfTenant;
         while ((load === undefined || state.open > 0) && Date.now() < deadline) {
           await sleep(10);
-          state = await system.pending(db);
+          state = await system.pending(db, watched);
+          demand = Math.max(demand, state.openOfTenant);
         }
         const end = Date.now();
         const result = await loaded;
@@ -172,6 +180,8 @@ export async function endToEnd(
           finished: state.open === 0,
           failed: state.failed,
           peaks,
+          watched,
+          demand,
         };
       } finally {
         await db.end();

@@ -31,6 +31,12 @@ export function enqueueRows(clients: number, by: Map<string, EnqueueFigures>): s
 /** Every tenant's running peak at or under the cap. */
 export const keptCap = (f: EndToEndFigures, cap: number) => Object.values(f.peaks).every((p) => p <= cap);
 
+/** The watched tenant had more runs open at once than the cap lets run: the cap decided something. */
+export const capBinding = (f: EndToEndFigures, cap: number) => f.demand > cap;
+
+/** The watched tenant ran as many at once as the cap allows (a cap kept by running less is no cap). */
+export const reachedCap = (f: EndToEndFigures, cap: number) => (f.peaks[f.watched] ?? 0) >= cap;
+
 export function endToEndRows(label: string, by: Map<string, EndToEndFigures>, cap?: number): string[][] {
   const { ratio, best } = versusBest(new Map([...by].map(([n, f]) => [n, f.rate])));
   return [...by].map(([name, f]) => [
@@ -42,6 +48,14 @@ export function endToEndRows(label: string, by: Map<string, EndToEndFigures>, ca
     name === SLUICE
       ? `${ratio.toFixed(2)}x ${best}`
       : `${(f.rate / by.get(SLUICE)!.rate).toFixed(2)}x sluice`,
-    ...(cap === undefined ? [] : [`${Math.max(...Object.values(f.peaks))}`, keptCap(f, cap) ? 'yes' : 'no']),
+    ...(cap === undefined
+      ? []
+      : [
+          String(f.demand),
+          String(f.peaks[f.watched] ?? 0),
+          String(Math.max(0, ...Object.values(f.peaks))),
+          keptCap(f, cap) ? 'yes' : 'no',
+          reachedCap(f, cap) ? 'yes' : 'no',
+        ]),
   ]);
 }
