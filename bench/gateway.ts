@@ -5,12 +5,18 @@
  * work is not on the client's or the provider's event loop). Direct and gateway rounds take
  * turns, so a shared machine's changes in load fall on both sides alike.
  *
- * Figures: added latency p50 and p99 (gateway minus direct, ms), requests per second through
- * the gateway as a fraction of direct, and the time added per streamed chunk (the streamed
- * added p50 less the non-streamed one, over the chunks of a stream, in µs).
+ * Two phases per kind (non-streamed, streamed):
+ * - saturated: 64 calls at once, each starting when the last ended; gives requests per second
+ *   through the gateway as a fraction of direct. Its latencies are mostly the wait for a core
+ *   (every process of the run shares two), so they are printed but are not the added latency.
+ * - paced: calls started on a fixed schedule at half the slower side's saturated rate (at most
+ *   64 in flight; a call held back by that cap is timed from its scheduled start, so a slow side
+ *   cannot hide its delay); gives the added latency, p50 and p99 (gateway minus direct, ms), and
+ *   the time added per streamed chunk (the streamed added p50 less the non-streamed one, over
+ *   the chunks of a stream, in µs): what a caller of a gateway that is not overloaded pays.
  *
- * Run: npm run bench:gateway   (-- --quick: the smallest setting). The last line of output is
- * one line of JSON.
+ * Run: npm run bench:gateway   (-- --quick: the smallest setting; BENCH_CPU_PROF_DIR=dir: CPU
+ * profiles of the server and the stand-in). The last line of output is one line of JSON.
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -38,7 +44,12 @@ function start(
   file: string,
   env: Record<string, string>,
 ): Promise<{ child: ChildProcess; ready: Record<string, string> }> {
+  // BENCH_CPU_PROF_DIR=dir: the server and the stand-in each write a CPU profile there on exit.
+  const profile = process.env.BENCH_CPU_PROF_DIR
+    ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`]
+    : [];
   const child = fork(fileURLToPath(new URL(file, import.meta.url)), [], {
+    execArgv: [...process.execArgv, ...profile],
     env: { ...process.env, ...env },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
@@ -86,6 +97,38 @@ async function load(client: OpenAI, kind: Kind, total: number): Promise<Sample> 
   return { latencies, ms: performance.now() - started, requests: total };
 }
 
+/**
+ * `total` calls started at `rate` a second on a fixed schedule, at most `CONCURRENCY` in flight;
+ * each latency counted from its scheduled start.
+ */
+async function paced(client: OpenAI, kind: Kind, rate: number, total: number): Promise<Sample> {
+  const latencies: number[] = [];
+  const started = performance.now();
+  const gap = 1000 / rate;
+  let inFlight = 0;
+  let sent = 0;
+  let waiting: (() => void) | undefined;
+  const calls: Promise<void>[] = [];
+  while (sent < total) {
+    const due = started + sent * gap;
+    const ahead = due - performance.now();
+    if (ahead > 0.5) await new Promise((resolve) => setTimeout(resolve, ahead));
+    while (inFlight >= CONCURRENCY) await new Promise<void>((resolve) => (waiting = resolve));
+    inFlight++;
+    sent++;
+    calls.push(
+      call(client, kind).then(() => {
+        latencies.push(performance.now() - due);
+        inFlight--;
+        waiting?.();
+        waiting = undefined;
+      }),
+    );
+  }
+  await Promise.all(calls);
+  return { latencies, ms: performance.now() - started, requests: total };
+}
+
 const quantile = (values: number[], q: number) => {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
@@ -104,49 +147,67 @@ async function main(): Promise<void> {
         maxRetries: 0,
       }),
     };
-    const samples: Record<`${Mode}_${Kind}`, Sample[]> = {
-      direct_json: [],
-      gateway_json: [],
-      direct_stream: [],
-      gateway_stream: [],
-    };
+    type Key = `${Mode}_${Kind}`;
+    const keys: Key[] = ['direct_json', 'gateway_json', 'direct_stream', 'gateway_stream'];
+    const saturated = Object.fromEntries(keys.map((k) => [k, [] as Sample[]])) as Record<Key, Sample[]>;
+    const pacedSamples = Object.fromEntries(keys.map((k) => [k, [] as Sample[]])) as Record<Key, Sample[]>;
+    const turns = (r: number) =>
+      r % 2 === 0 ? (['direct', 'gateway'] as const) : (['gateway', 'direct'] as const);
     for (const kind of ['json', 'stream'] as const)
       for (const mode of ['direct', 'gateway'] as const) await load(clients[mode], kind, WARMUP);
     for (let r = 0; r < ROUNDS; r++)
       for (const kind of ['json', 'stream'] as const)
-        for (const mode of r % 2 === 0 ? (['direct', 'gateway'] as const) : (['gateway', 'direct'] as const))
-          samples[`${mode}_${kind}`].push(await load(clients[mode], kind, PER_ROUND));
+        for (const mode of turns(r))
+          saturated[`${mode}_${kind}`].push(await load(clients[mode], kind, PER_ROUND));
 
-    const figures = (key: keyof typeof samples) => {
-      const all = samples[key];
+    const figures = (all: Sample[]) => {
       const latencies = all.flatMap((s) => s.latencies);
       const requests = all.reduce((n, s) => n + s.requests, 0);
       const ms = all.reduce((n, s) => n + s.ms, 0);
       return { p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99), rps: (requests * 1000) / ms };
     };
-    const f = {
-      direct_json: figures('direct_json'),
-      gateway_json: figures('gateway_json'),
-      direct_stream: figures('direct_stream'),
-      gateway_stream: figures('gateway_stream'),
+    const sat = Object.fromEntries(keys.map((k) => [k, figures(saturated[k])])) as Record<
+      Key,
+      ReturnType<typeof figures>
+    >;
+    // Half the slower side's saturated rate: neither side is overloaded, so a latency is the
+    // work of a call and not the queue for a core.
+    const rates = {
+      json: 0.5 * Math.min(sat.direct_json.rps, sat.gateway_json.rps),
+      stream: 0.5 * Math.min(sat.direct_stream.rps, sat.gateway_stream.rps),
     };
+    for (let r = 0; r < ROUNDS; r++)
+      for (const kind of ['json', 'stream'] as const)
+        for (const mode of turns(r))
+          pacedSamples[`${mode}_${kind}`].push(await paced(clients[mode], kind, rates[kind], PER_ROUND));
+    const pace = Object.fromEntries(keys.map((k) => [k, figures(pacedSamples[k])])) as Record<
+      Key,
+      ReturnType<typeof figures>
+    >;
+
     console.log(
-      `openai client, ${CONCURRENCY} calls at once, ${ROUNDS} rounds of ${PER_ROUND} per side and kind; a stream has ${CHUNKS} chunks`,
+      `openai client, ${ROUNDS} rounds of ${PER_ROUND} calls per side, kind and phase; a stream has ${CHUNKS} chunks`,
     );
-    console.log('                    p50 ms   p99 ms   requests/s');
-    for (const [name, v] of Object.entries(f))
-      console.log(
-        `${name.padEnd(18)} ${v.p50.toFixed(2).padStart(7)}  ${v.p99.toFixed(2).padStart(7)}  ${v.rps.toFixed(0).padStart(10)}`,
-      );
+    console.log('                         p50 ms   p99 ms   requests/s');
+    for (const [phase, table] of [
+      [`saturated, ${CONCURRENCY} at once`, sat],
+      [`paced (json ${rates.json.toFixed(0)}/s, stream ${rates.stream.toFixed(0)}/s)`, pace],
+    ] as const) {
+      console.log(phase);
+      for (const [name, v] of Object.entries(table))
+        console.log(
+          `  ${name.padEnd(22)} ${v.p50.toFixed(2).padStart(7)}  ${v.p99.toFixed(2).padStart(7)}  ${v.rps.toFixed(0).padStart(10)}`,
+        );
+    }
     const added = {
-      json_p50: f.gateway_json.p50 - f.direct_json.p50,
-      json_p99: f.gateway_json.p99 - f.direct_json.p99,
-      stream_p50: f.gateway_stream.p50 - f.direct_stream.p50,
-      stream_p99: f.gateway_stream.p99 - f.direct_stream.p99,
+      json_p50: pace.gateway_json.p50 - pace.direct_json.p50,
+      json_p99: pace.gateway_json.p99 - pace.direct_json.p99,
+      stream_p50: pace.gateway_stream.p50 - pace.direct_stream.p50,
+      stream_p99: pace.gateway_stream.p99 - pace.direct_stream.p99,
     };
     const throughput = {
-      json: f.gateway_json.rps / f.direct_json.rps,
-      stream: f.gateway_stream.rps / f.direct_stream.rps,
+      json: sat.gateway_json.rps / sat.direct_json.rps,
+      stream: sat.gateway_stream.rps / sat.direct_stream.rps,
     };
     const perChunkUs = (Math.max(0, added.stream_p50 - added.json_p50) * 1000) / CHUNKS;
     console.log(
@@ -167,8 +228,22 @@ async function main(): Promise<void> {
         stream_added_p99_ms: round(added.stream_p99),
         json_throughput_vs_direct: round(throughput.json),
         stream_throughput_vs_direct: round(throughput.stream),
+        saturated_added_p50_ms: round(
+          Math.max(
+            sat.gateway_json.p50 - sat.direct_json.p50,
+            sat.gateway_stream.p50 - sat.direct_stream.p50,
+          ),
+        ),
+        saturated_added_p99_ms: round(
+          Math.max(
+            sat.gateway_json.p99 - sat.direct_json.p99,
+            sat.gateway_stream.p99 - sat.direct_stream.p99,
+          ),
+        ),
+        paced_rate_json: round(rates.json, 0),
+        paced_rate_stream: round(rates.stream, 0),
         concurrency: CONCURRENCY,
-        requests_per_side: ROUNDS * PER_ROUND,
+        requests_per_side: 2 * ROUNDS * PER_ROUND,
         chunks_per_stream: CHUNKS,
         load_average: round(loadavg()[0]!, 1),
       }),

@@ -28,11 +28,12 @@ import { fileRoutes } from './routes/files.js';
 import { triggerRoutes, webhookRoutes } from './routes/triggers.js';
 import { TICK_CHECK_MS, TriggerTicker } from './triggers/ticker.js';
 import { openAiRoutes } from './openai/routes.js';
+import { pruneGatewayUsage } from './gateway/accounting.js';
 import { createGateways } from './gateway/index.js';
 import { gatewayRoutes } from './gateway/routes.js';
 import { RunEvents } from './runs/events.js';
 import { Executor } from './runs/executor.js';
-import { tenantPolicy } from './runs/policy.js';
+import { longestPeriodMs, tenantPolicy } from './runs/policy.js';
 import { getRun, toApiRun } from './runs/store.js';
 import { RunWaiters } from './runs/waiters.js';
 import type { ServerSettings } from './settings.js';
@@ -249,6 +250,9 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   upkeep.addJob('triggers', TICK_CHECK_MS, () => triggers.tickNow());
   upkeep.addJob('stream-events', tuning.pruneStreamsEveryMs, () =>
     pruneEvents(db, settings.streamRetentionMs, tuning.upkeepBatch),
+  );
+  upkeep.addJob('gateway-usage', tuning.pruneGatewayUsageEveryMs, () =>
+    pruneGatewayUsage(db, longestPeriodMs, tuning.upkeepBatch),
   );
 
   opsRoutes(fastify, { store, isDraining: () => isDraining });

@@ -60,4 +60,9 @@ export const tuning = Object.freeze({
   streamGraceMs: 1 * SECOND,
   /** How often upkeep deletes the events of runs past SLUICE_STREAM_RETENTION_MS. */
   pruneStreamsEveryMs: 30 * SECOND,
+  /**
+   * How often upkeep deletes gateway_usage rows older than the longest quota period (a month):
+   * each pass reads at most upkeepBatch rows, and a row is needed only while a window holds it.
+   */
+  pruneGatewayUsageEveryMs: 10 * MINUTE,
 });

@@ -99,3 +99,20 @@ export class GatewayAccounting {
     );
   }
 }
+
+/**
+ * Deletes the gateway_usage rows older than `keepMs` (the longest period a quota or spend limit
+ * counts over), at most `batch` a pass. The rows come in id order, which is their time order (id
+ * and created_at are both taken at the insert), so a pass reads only the oldest `batch` rows by
+ * the primary key and never scans the table. Returns how many went.
+ */
+export async function pruneGatewayUsage(db: Database, keepMs: number, batch: number): Promise<number> {
+  const { rows } = await db.query<{ id: string }>(
+    `DELETE FROM gateway_usage WHERE id IN (
+       SELECT id FROM (SELECT id, created_at FROM gateway_usage ORDER BY id LIMIT $2::int) oldest
+       WHERE created_at < clock_timestamp() - $1::float8 * interval '1 millisecond')
+     RETURNING id`,
+    [keepMs, batch],
+  );
+  return rows.length;
+}

@@ -3,6 +3,8 @@ import type { ServerSettings } from '../settings.js';
 
 const HOUR = 3_600_000;
 const periodMs = { hour: HOUR, day: 24 * HOUR, month: 30 * 24 * HOUR } as const;
+/** The longest period a quota or spend limit can count over: nothing older is ever read for one. */
+export const longestPeriodMs = Math.max(...Object.values(periodMs));
 
 /** What one tenant may do, fixed at boot from the config and the settings (0 = no cap). */
 export interface TenantLimits {
