@@ -256,7 +256,8 @@ export function isStoreUnavailable(error: unknown): boolean {
       return true;
   }
   const message = typeof e?.message === 'string' ? e.message : '';
-  return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|PGlite is closed/i.test(
+  // `Query read timeout`: a statement unanswered past the store's bound (a connection gone silent).
+  return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Query read timeout|PGlite is closed/i.test(
     message,
   );
 }

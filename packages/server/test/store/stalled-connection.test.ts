@@ -1,5 +1,6 @@
 import { expect, it } from 'vitest';
 import { describeWith } from '../../../../scripts/service-suites.js';
+import { isStoreUnavailable } from '../../src/http/errors.js';
 import { openStore } from '../../src/store/store.js';
 import { afterThisTest, freshDatabase, postgres, startDatabaseProxy, throughProxy } from '../helpers.js';
 
@@ -22,7 +23,13 @@ describeWith({ PostgreSQL: postgres })('a stalled database connection', () => {
     await store.db.query('SELECT 1');
 
     proxy.stall();
-    await expect(store.db.query('SELECT 1')).rejects.toThrow(/timeout/i);
+    const failed = await store.db.query('SELECT 1').then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    expect(failed).toEqual(expect.objectContaining({ message: expect.stringMatching(/timeout/i) }));
+    // A request that meets it is answered 503 store_unavailable, as for a cut connection, not 500.
+    expect(isStoreUnavailable(failed)).toBe(true);
     expect((await store.db.query<{ one: number }>('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
 
     // A transaction too: its BEGIN goes unanswered, then its ROLLBACK, and the connection is dropped.
