@@ -6,6 +6,7 @@
  */
 import pg from 'pg';
 import { createPostgresConcurrencyLimiter } from '@sluice/postgres';
+import { fromPgPool } from '@sluice/postgres/database';
 import { createAgent, tool } from 'sluice';
 import type { SluiceConfig } from '@sluice/server';
 
@@ -28,7 +29,16 @@ pool.on('error', () => undefined);
 export const SOAK_LIMIT = Number(env('SOAK_LIMIT'));
 
 const limiter = createPostgresConcurrencyLimiter({
-  db: pool,
+  // Behind PgBouncer a client that went silent mid-transaction leaves its server session idle
+  // in that transaction, holding the limiter's row locks, for as long as PgBouncer keeps it:
+  // each transaction bounds that itself, as the server's store does (docs/deploy.md).
+  db: fromPgPool(pool, {
+    transactionSettings: {
+      idle_in_transaction_session_timeout: '5000ms',
+      lock_timeout: '5000ms',
+      statement_timeout: '5000ms',
+    },
+  }),
   name: 'soak',
   maxConcurrent: SOAK_LIMIT,
   listen: false,
