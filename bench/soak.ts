@@ -266,7 +266,7 @@ if (unseenStuck.length > 0)
 
 const faultCounts = Object.fromEntries(faultKinds.map((k) => [k, faults.filter((f) => f.kind === k).length]));
 report(calls, faults, settled);
-for (const server of servers) await server.terminate();
+await Promise.all(servers.map((server) => server.terminate()));
 balancer.stop();
 await provider.standIn.close();
 await receiver.close();
