@@ -80,6 +80,8 @@ export interface RunAgentInput {
   threadId: string;
   runId: string;
   messages: AgUiMessage[];
+  /** @ag-ui/core 1.0's answers to the interrupts of the thread's paused run (checked in resume.ts). */
+  resume?: unknown[];
 }
 
 type SluiceMessage = {

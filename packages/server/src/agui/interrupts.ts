@@ -12,9 +12,10 @@ export interface Interrupt {
 
 /**
  * A paused run as AG-UI 1.0 interrupts (`RUN_FINISHED` with `outcome: { type: 'interrupt' }`):
- * one per call the person is asked about, its id the tool call's. Each carries the run's id in
- * its metadata: the answer goes to `POST /agents/runs/:run_id/resume`, as `approvals` for a
- * `tool_approval` interrupt and as `answers` (the payload's text) for a `question` one.
+ * one per call the person is asked about, its id the tool call's. The client answers them with
+ * the next run's `resume` entries (agui/resume.ts); each also carries the run's id in its
+ * metadata, for an answer through `POST /agents/runs/:run_id/resume` (`approvals` for a
+ * `tool_approval` interrupt, `answers` for a `question` one).
  */
 export function interruptsOf(runId: string, action: RequiredAction): Interrupt[] {
   if (action.type === 'approve_tool_calls') {

@@ -9,13 +9,15 @@ import { EventStream, playRun } from '../routes/stream-run.js';
 import { submitHeld } from '../runs/submission.js';
 import { AgUiEvents } from './events.js';
 import { runAgentInputSchema, splitConversation, type RunAgentInput } from './input.js';
+import { resumeOverAgUi } from './resume.js';
 import { threadOfAgUi } from './threads.js';
 
 /**
  * `POST /agents/:agent/ag-ui`: an AG-UI run, answered with AG-UI events over Server-Sent Events.
  * It is a held run like a stream of the runs API: the user's place, the thread (`threadId`, see
  * `threadOfAgUi`) and admission are checked before the stream opens, so a refusal is the plain
- * JSON error; a client that goes away leaves the run going.
+ * JSON error; a client that goes away leaves the run going. A request with `resume` entries
+ * answers the run the thread waits on instead (see agui/resume.ts).
  */
 export function agUiRoutes(api: FastifyInstance, ctx: RouteContext): void {
   api.post<{ Params: { agent: string }; Body: RunAgentInput }>(
@@ -33,6 +35,9 @@ export function agUiRoutes(api: FastifyInstance, ctx: RouteContext): void {
       const name = request.params.agent;
       if (!agentFor(ctx.config, who.tenant, name)) throw notFound(`No agent \`${shown(name)}\``);
       const body = request.body;
+      // Answers to the interrupts a paused run of the thread ended with: that run goes on.
+      if (body.resume !== undefined && body.resume.length > 0)
+        return resumeOverAgUi(ctx, who, name, { ...body, resume: body.resume }, reply);
       const { history, turn } = splitConversation(body.messages);
       const thread = await threadOfAgUi(ctx.db, who, body.threadId, history);
       const { done } = await submitHeld(

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Database } from '@sluice/postgres/database';
 import { toJsonb } from '../runs/json.js';
 import type { Principal } from '../store/tokens.js';
-import { getThread, type NewThread } from '../threads/store.js';
+import { getThread, type NewThread, type ThreadRow } from '../threads/store.js';
 
 /**
  * The Sluice thread behind an AG-UI `threadId`. A Sluice thread id of the token's tenant is used
@@ -14,6 +14,21 @@ import { getThread, type NewThread } from '../threads/store.js';
  * its answer), as for every thread. `created` is set when this call made it: a refusal of the
  * request removes it again (see `RunRequest.newThread`).
  */
+/** The id of the Sluice thread made for a client's own thread id. */
+const derivedId = (tenant: string, threadId: string) =>
+  `thr_${createHash('sha256').update(`ag-ui\u0000${tenant}\u0000${threadId}`).digest('hex').slice(0, 24)}`;
+
+/** The Sluice thread behind an AG-UI `threadId` (see `threadOfAgUi`), if there is one; none is created. */
+export async function findAgUiThread(
+  db: Database,
+  who: Principal,
+  threadId: string,
+): Promise<ThreadRow | undefined> {
+  return (
+    (await getThread(db, who.tenant, threadId)) ?? getThread(db, who.tenant, derivedId(who.tenant, threadId))
+  );
+}
+
 export async function threadOfAgUi(
   db: Database,
   who: Principal,
@@ -21,7 +36,7 @@ export async function threadOfAgUi(
   history: { role: string; content: unknown }[],
 ): Promise<{ id: string; created?: NewThread }> {
   if (await getThread(db, who.tenant, threadId)) return { id: threadId };
-  const id = `thr_${createHash('sha256').update(`ag-ui\u0000${who.tenant}\u0000${threadId}`).digest('hex').slice(0, 24)}`;
+  const id = derivedId(who.tenant, threadId);
   // One statement: only the run that creates the thread writes its history, in order.
   const { rows } = await db.query<{ id: string }>(
     `WITH t AS (INSERT INTO threads (id, tenant, project, user_id, metadata)

@@ -10,6 +10,7 @@ import { continues, type Decision } from '../runs/required-action.js';
 import { getRun, toApiRun, type RunRow } from '../runs/store.js';
 import { waitForRun } from '../runs/submission.js';
 import { clientGone } from '../http/client-gone.js';
+import type { Principal } from '../store/tokens.js';
 import type { RouteContext } from './context.js';
 import { drainingWithRun } from './create-run.js';
 
@@ -41,7 +42,7 @@ const notPaused = (run: RunRow) =>
  * The decisions of a resume, checked against the stage the run shows: `approvals` for
  * `approve_tool_calls`, `answers` for `answer_question`, and never the other.
  */
-function checkedDecisions(run: RunRow, body: ResumeBody): Decision[] {
+function checkedDecisions(run: RunRow, body: { approvals?: unknown; answers?: unknown }): Decision[] {
   const waitsFor = run.required_action?.type === 'answer_question' ? 'answers' : 'approvals';
   const other = waitsFor === 'answers' ? 'approvals' : 'answers';
   if (body[other] !== undefined) {
@@ -51,6 +52,42 @@ function checkedDecisions(run: RunRow, body: ResumeBody): Decision[] {
     );
   }
   return waitsFor === 'answers' ? checkAnswers(run, body.answers) : checkApprovals(run, body.approvals);
+}
+
+/**
+ * The resume service, for every front that answers a paused run (the runs API's resume, AG-UI's
+ * resume entries): checks who asks (the cancel rule: a member resumes its project's runs, an
+ * admin any) and that the run waits, records the decisions (`approvals` or `answers`, see
+ * `checkedDecisions`), and once every call of the stage is decided puts the run back in the
+ * queue and wakes a worker. `resumed: false`: some questions are still open, the run waits on.
+ */
+export async function answerPausedRun(
+  ctx: Pick<RouteContext, 'db' | 'executor'>,
+  who: Principal,
+  paused: RunRow,
+  body: { approvals?: unknown; answers?: unknown },
+): Promise<{ run: RunRow; resumed: boolean }> {
+  let run = paused;
+  if (!mayCancel(who, run)) {
+    throw new HttpError(
+      403,
+      'permission_denied',
+      `Run ${run.id} belongs to another project; an admin token can resume it`,
+    );
+  }
+  if (run.status !== 'requires_action') throw notPaused(run);
+  let moved = await decide(ctx.db, run, checkedDecisions(run, body));
+  for (let attempt = 1; !moved; attempt++) {
+    // Another resume (or a cancel) moved it first. Only another partial answer to the same
+    // questions lets this one be checked again, against the questions left.
+    const now = await getRun(ctx.db, run.tenant, run.id);
+    if (!now || attempt === ATTEMPTS || !continues(run.required_action, now.required_action))
+      throw notPaused(now ?? run);
+    run = now;
+    moved = await decide(ctx.db, run, checkedDecisions(run, body));
+  }
+  if (moved.resumed) ctx.executor.notify(moved.run.class);
+  return moved;
 }
 
 /**
@@ -78,33 +115,15 @@ export function resumeRoute(api: FastifyInstance, ctx: RouteContext): void {
       const body = (request.body ?? {}) as ResumeBody;
       if (typeof body !== 'object' || Array.isArray(body))
         throw badRequest('Expected a JSON object with `approvals` or `answers`', { field: 'approvals' });
-      let run = await getRun(ctx.db, who.tenant, request.params.id);
+      const run = await getRun(ctx.db, who.tenant, request.params.id);
       if (!run) throw notFound(`No run \`${shown(request.params.id)}\``);
-      if (!mayCancel(who, run)) {
-        throw new HttpError(
-          403,
-          'permission_denied',
-          `Run ${run.id} belongs to another project; an admin token can resume it`,
-        );
-      }
-      if (run.status !== 'requires_action') throw notPaused(run);
       if (body.wait !== undefined && typeof body.wait !== 'boolean')
         throw badRequest(`Expected \`wait\` to be true or false, got \`${shown(body.wait)}\``, {
           field: 'wait',
         });
-      let moved = await decide(ctx.db, run, checkedDecisions(run, body));
-      for (let attempt = 1; !moved; attempt++) {
-        // Another resume (or a cancel) moved it first. Only another partial answer to the same
-        // questions lets this one be checked again, against the questions left.
-        const now = await getRun(ctx.db, who.tenant, run.id);
-        if (!now || attempt === ATTEMPTS || !continues(run.required_action, now.required_action))
-          throw notPaused(now ?? run);
-        run = now;
-        moved = await decide(ctx.db, run, checkedDecisions(run, body));
-      }
+      const moved = await answerPausedRun(ctx, who, run, body);
       if (!moved.resumed) return reply.status(200).send(toApiRun(moved.run));
       const resumed = moved.run;
-      ctx.executor.notify(resumed.class);
       const wait = body.wait ?? resumed.class === 'default';
       if (!wait) return reply.status(202).send(toApiRun(resumed));
       const waited = await waitForRun(ctx, resumed, clientGone(reply));
