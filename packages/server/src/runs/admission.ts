@@ -3,7 +3,7 @@ import { systemClock, type Clock } from 'sluice/concurrency';
 import type { Principal } from '../store/tokens.js';
 import { tuning } from '../tuning.js';
 import type { TenantLimits } from './policy.js';
-import { DepartureHistory } from './retry-after.js';
+import { DepartureHistory, MIN_SPAN_MS } from './retry-after.js';
 import {
   decideByCounts,
   highestCounts,
@@ -13,7 +13,7 @@ import {
   Tally,
   type SpendFigures,
 } from './admission-counts.js';
-import { admitDecided, insertRuns } from './lifecycle.js';
+import { admitDecided, admitHeldNow, insertRuns } from './lifecycle.js';
 import {
   readCounters,
   reconcileCounters,
@@ -63,6 +63,14 @@ export type Admission = { ok: true; run: RunRow } | { ok: false; refusal: Refusa
  * in the same transaction as every change of a run's status, so under the tenant's admission
  * lock (which promotion also takes) they are the true counts, and the cap is exact across
  * processes.
+ *
+ * A held run (streamed or inline: its caller waits on the connection for the first text) takes
+ * one round trip when the process expects its counts to fit: what the last read of the counters
+ * said, plus what this process admitted since (`Line.expected`), decides only which way to go,
+ * and `sluice_admit_held` (sql/019) checks under the lock and inserts in one statement sent on
+ * its own. When a count rose, nothing is written and the batch goes the way above. The read that
+ * feeds the Retry-After history is then made beside the request, at most once a second, not
+ * before it.
  */
 
 /** Admissions one transaction takes at most (`tuning.admissionBatch`). */
@@ -92,6 +100,14 @@ interface Line {
   turnAsked: boolean;
   history: DepartureHistory;
   reconciledAt: number | undefined;
+  /**
+   * The counts this process expects: the last read, plus the runs it admitted since (runs that
+   * ended meanwhile are not taken off). Chooses the one-statement path for held runs; the
+   * statement itself checks the true counts under the lock.
+   */
+  expected: Tally | undefined;
+  /** When the counters were last read (clock time), for the read made beside held admissions. */
+  observedAt: number | undefined;
 }
 
 /** Per database handle, per tenant: admissions waiting for a batch, and what their reads saw. */
@@ -108,7 +124,14 @@ function lineOf(db: Database, tenant: string): Line {
     }
     tenants.set(
       tenant,
-      (line = { queue: [], turnAsked: false, history: new DepartureHistory(), reconciledAt: undefined }),
+      (line = {
+        queue: [],
+        turnAsked: false,
+        history: new DepartureHistory(),
+        reconciledAt: undefined,
+        expected: undefined,
+        observedAt: undefined,
+      }),
     );
   }
   return line;
@@ -160,7 +183,7 @@ function askTurn(db: Database, tenant: string, line: Line, lockWaitMs: number, c
       const batch = line.queue.splice(0, MAX_BATCH);
       // More than a batch waits: the next turn is asked for now, and comes when a lane is free.
       askTurn(db, tenant, line, lockWaitMs, clock);
-      if (batch.length > 0) await admitBatch(db, tenant, line, batch, clock);
+      if (batch.length > 0) await admitBatch(db, tenant, line, batch, clock, lockWaitMs);
     },
     clock,
   ).catch((error: unknown) => {
@@ -177,15 +200,23 @@ export function userRetryAfterMs(db: Database, tenant: string): number {
   return lineOf(db, tenant).history.estimate('active');
 }
 
-async function admitBatch(db: Database, tenant: string, line: Line, batch: Pending[], clock: Clock) {
+async function admitBatch(
+  db: Database,
+  tenant: string,
+  line: Line,
+  batch: Pending[],
+  clock: Clock,
+  lockWaitMs: number,
+) {
   try {
-    const outcomes = await decideBatch(db, tenant, line, batch, clock);
+    const outcomes = await decideBatch(db, tenant, line, batch, clock, lockWaitMs);
     batch.forEach((item, i) => item.resolve(outcomes[i]!));
   } catch (error) {
     // A run the database refuses as data (classes 22 and 23) or as too large (54) must not fail
     // the runs batched with it: each is tried alone then, and only the bad one fails.
     if (batch.length > 1 && /^(2[23]|54)/.test(String((error as { code?: unknown }).code))) {
-      for (const item of batch) await admitBatch(db, tenant, line, [item], clock).catch(() => undefined);
+      for (const item of batch)
+        await admitBatch(db, tenant, line, [item], clock, lockWaitMs).catch(() => undefined);
       return;
     }
     for (const item of batch) item.reject(error);
@@ -195,6 +226,8 @@ async function admitBatch(db: Database, tenant: string, line: Line, batch: Pendi
 }
 
 function observe(line: Line, counters: Map<string, AdmissionCounters>, clock: Clock) {
+  line.expected = new Tally(counters);
+  line.observedAt = clock.now();
   const row = counters.get('');
   line.history.record({
     at: clock.now(),
@@ -228,18 +261,23 @@ async function decideBatch(
   line: Line,
   batch: Pending[],
   clock: Clock,
+  lockWaitMs: number,
 ): Promise<Admission[]> {
   const outcomes: (Admission | undefined)[] = batch.map(() => undefined);
   const projects = [...new Set(batch.map((item) => item.who.project))];
+  // When the counters are due to be set right, every request goes to the locked read: a counter
+  // that drifted up must not refuse the tenant from plain reads for ever.
+  const reconcileDue =
+    line.reconciledAt === undefined || clock.now() - line.reconciledAt >= RECONCILE_EVERY_MS;
+  if (!reconcileDue && batch.every(decidedByCounts) && batch.every(isHeld) && line.expected) {
+    const held = await admitHeldFromExpected(db, tenant, line, batch, projects, clock, lockWaitMs);
+    if (held) return held;
+  }
   // A plain read first. Where quota or spend apply, they are checked (and reported) before the
   // caps, so those requests always go to the locked read.
   const seen = await readCounters(db, tenant, projects);
   observe(line, seen, clock);
   const plain = new Tally(seen);
-  // When the counters are due to be set right, every request goes to the locked read: a counter
-  // that drifted up must not refuse the tenant from plain reads for ever.
-  const reconcileDue =
-    line.reconciledAt === undefined || clock.now() - line.reconciledAt >= RECONCILE_EVERY_MS;
   if (!reconcileDue && batch.every(decidedByCounts)) {
     const fast = await admitFromRead(db, tenant, line, batch, seen, ['', ...projects]);
     if (fast) return fast;
@@ -262,6 +300,8 @@ async function decideBatch(
     const counters = await readCounters(tx, tenant, projects);
     observe(line, counters, clock);
     const tally = new Tally(counters);
+    // What this batch admits is counted in what the process expects next.
+    const expected = line.expected;
     const limits = batch[0]!.limits;
     let quotaUsed = limits.runQuota ? await quotaUse(tx, tenant, limits.runQuota.windowMs) : 0;
     const spend = limits.spend ? await spendFigures(tx, tenant, limits.spend.windowMs) : undefined;
@@ -275,6 +315,7 @@ async function decideBatch(
       }
       admitted.push(item);
       tally.add(item);
+      expected?.add(item);
       quotaUsed++;
       if (spend) spend.active++;
     }
@@ -291,6 +332,38 @@ async function decideBatch(
     }
     return outcomes as Admission[];
   });
+}
+
+/** A held run: executed by the process that admits it, never claimed from a queue. */
+const isHeld = (item: Pending) => item.run.mode === 'inline' && item.run.schedule === undefined;
+
+/**
+ * Held runs the expected counts let in, written by one statement (see admitHeldNow); undefined
+ * when the expected counts refuse one of them or the statement found a count risen (nothing is
+ * written then), and the batch is decided from a read. The read that feeds the Retry-After
+ * history is started beside the answer, at most once a second.
+ */
+async function admitHeldFromExpected(
+  db: Database,
+  tenant: string,
+  line: Line,
+  batch: Pending[],
+  projects: string[],
+  clock: Clock,
+  lockWaitMs: number,
+): Promise<Admission[] | undefined> {
+  // Counts the batch into what is expected: when it is not admitted so, a read resets it.
+  if (decideByCounts(line.expected!, batch).some((over) => over !== undefined)) return undefined;
+  const rows = await admitHeldNow(db, tenant, highestCounts(batch, ['', ...projects]), batch, lockWaitMs);
+  if (!rows) return undefined;
+  if (line.observedAt === undefined || clock.now() - line.observedAt >= MIN_SPAN_MS) {
+    line.observedAt = clock.now();
+    void readCounters(db, tenant, projects).then(
+      (counters) => observe(line, counters, clock),
+      () => undefined,
+    );
+  }
+  return rows.map((run) => ({ ok: true, run }));
 }
 
 /** A run whose admission the counters alone decide: no quota, spend, thread or extra write. */
@@ -322,6 +395,7 @@ async function admitFromRead(
   const highest = highestCounts(admitted, projects);
   const rows = await admitDecided(db, tenant, highest, admitted);
   if (!rows) return undefined;
+  for (const item of admitted) line.expected?.add(item);
   let next = 0;
   return outcomes.map((outcome) => outcome ?? { ok: true, run: rows[next++]! });
 }

@@ -17,8 +17,8 @@ export * from './states.js';
  * checks the state it moves from (compare-and-set), so of two processes making a move from one
  * state, one does and the other finds nothing to move.
  *
- *   admission ──insertRuns, admitDecided──▶ scheduled | queued | running   (bornStatus; both
- *             write through sluice_insert_runs, sql/016_admission_fast_path.sql)
+ *   admission ──insertRuns, admitDecided, admitHeldNow──▶ scheduled | queued | running
+ *             (bornStatus; all write through sluice_insert_runs, sql/016_admission_fast_path.sql)
  *
  *   scheduled ──promoteDueDeferred, queueScheduled──▶ queued ──startRun──▶ running
  *   running ──finishRun──▶ succeeded | failed (agent_error, timeout, max_duration_exceeded) | canceled
@@ -157,6 +157,32 @@ export async function admitDecided(
     if (first.rows.length === 0) return undefined;
     return inOrder(ids, [...first.rows, ...(await insertChunks(tx, chunks.slice(1)))]);
   });
+}
+
+/**
+ * Held runs (executed on this process) decided from the counts this process expects, written by
+ * one statement sent on its own (sql/019_admission_one_statement.sql): it waits for the tenant's
+ * lock at most `lockWaitMs`, checks as admitDecided's statement does, inserts and commits, in one
+ * round trip. Undefined, with nothing written, when a count rose past what the batch allows, the
+ * session is not READ COMMITTED, or the batch is too large for one statement: the caller then
+ * decides as before. Only held runs: a run committed by a statement whose answer was lost is
+ * never executed (no queue worker claims a held run) and upkeep ends it (endOrphanedRuns).
+ */
+export async function admitHeldNow(
+  db: SqlClient,
+  tenant: string,
+  highest: HighestCounts[],
+  runs: { who: Principal; run: NewRun }[],
+  lockWaitMs: number,
+): Promise<RunRow[] | undefined> {
+  const { ids, chunks } = runDocuments(runs, bornStatus);
+  if (chunks.length !== 1) return undefined;
+  const inserted = await db.query<RunRow>(
+    `SELECT ${full} FROM sluice_admit_held($1::text, $2::jsonb, $3::jsonb, $4::int) AS agent_runs`,
+    [tenant, JSON.stringify(highest), chunks[0], Math.max(1, Math.min(Math.round(lockWaitMs), 2 ** 31 - 1))],
+  );
+  if (inserted.rows.length === 0) return undefined;
+  return inOrder(ids, inserted.rows);
 }
 
 // ── Into the queue, and out of it ────────────────────────────────────────────────────────

@@ -130,6 +130,22 @@ CREATE TABLE public.agent_runs (
 
 
 --
+-- Name: sluice_admit_held(text, jsonb, jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.sluice_admit_held(t text, highest jsonb, runs jsonb, lock_wait_ms integer) RETURNS SETOF public.agent_runs
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RETURN;
+  END IF;
+  PERFORM set_config('lock_timeout', lock_wait_ms || 'ms', true);
+  RETURN QUERY SELECT * FROM sluice_admit_runs(t, highest, runs);
+END $$;
+
+
+--
 -- Name: sluice_admit_runs(text, jsonb, jsonb); Type: FUNCTION; Schema: public; Owner: -
 --
 
