@@ -32,7 +32,7 @@ import { runLoad, type Call, type Tenant } from './soak/load.js';
 import { startSoakProvider } from './soak/provider.js';
 import { seeded } from './soak/random.js';
 import { startReceiver } from './soak/receiver.js';
-import { startSampling } from './soak/samples.js';
+import { countNames, startSampling } from './soak/samples.js';
 import { Balancer, soakServer } from './soak/servers.js';
 import { freePort, startPgBouncer, startPostgres, startRedis } from './soak/services.js';
 
@@ -339,6 +339,12 @@ function report(list: readonly Call[], injected: readonly FaultRecord[], allSett
     log(
       `fault ${f.kind} (${f.detail}): ready again after ${f.readyAt ? `${((f.readyAt - f.startedAt) / 1000).toFixed(1)} s` : 'never'}`,
     );
+  const { processes, counts } = sampling.samples;
+  log(
+    `samples every ${SAMPLE_EVERY_MS / 1000} s: ${processes.length} of processes; ${countNames
+      .map((name) => `${name} ${counts[name]?.length ?? 0} (last ${counts[name]?.at(-1)?.count ?? '-'})`)
+      .join(', ')}`,
+  );
   log(
     `provider: peak ${provider.standIn.peakInFlight} at once (limit ${caps.providerLimit}), ${provider.standIn.requests.length} requests`,
   );
