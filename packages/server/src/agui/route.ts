@@ -6,7 +6,7 @@ import { notFound, shown } from '../http/errors.js';
 import { agentParams } from '../http/schemas.js';
 import type { RouteContext } from '../routes/context.js';
 import { EventStream, playRun } from '../routes/stream-run.js';
-import { submitHeld } from '../runs/submission.js';
+import { onOpenedThread, submitHeld } from '../runs/submission.js';
 import { AgUiEvents } from './events.js';
 import { runAgentInputSchema, splitConversation, type RunAgentInput } from './input.js';
 import { resumeOverAgUi } from './resume.js';
@@ -39,26 +39,30 @@ export function agUiRoutes(api: FastifyInstance, ctx: RouteContext): void {
       if (body.resume !== undefined && body.resume.length > 0)
         return resumeOverAgUi(ctx, who, name, { ...body, resume: body.resume }, reply);
       const { history, turn } = splitConversation(body.messages);
-      const thread = await threadOfAgUi(ctx.db, who, body.threadId, history);
-      const { done } = await submitHeld(
-        ctx,
-        who,
-        {
-          agent: name,
-          inputField: 'messages',
-          class: 'default',
-          input: turn,
-          threadId: thread.id,
-          newThread: thread.created,
-        },
-        {
-          signal: clientGone(reply),
-          play: (run) => {
-            const stream = new EventStream(reply, ctx.settings.streamKeepAliveMs);
-            const events = new AgUiEvents(body.threadId, body.runId, (event) => stream.data(event));
-            return playRun(ctx.executor, run, ctx.db, events.send).finally(() => stream.end());
-          },
-        },
+      const signal = clientGone(reply);
+      const { done } = await onOpenedThread(
+        () => threadOfAgUi(ctx.db, who, body.threadId, history),
+        (thread) =>
+          submitHeld(
+            ctx,
+            who,
+            {
+              agent: name,
+              inputField: 'messages',
+              class: 'default',
+              input: turn,
+              threadId: thread!.id,
+              newThread: thread!.created,
+            },
+            {
+              signal,
+              play: (run) => {
+                const stream = new EventStream(reply, ctx.settings.streamKeepAliveMs);
+                const events = new AgUiEvents(body.threadId, body.runId, (event) => stream.data(event));
+                return playRun(ctx.executor, run, ctx.db, events.send).finally(() => stream.end());
+              },
+            },
+          ),
       );
       void done.catch(() => undefined);
       return reply;

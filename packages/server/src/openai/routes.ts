@@ -11,6 +11,7 @@ import {
   submitAndWait,
   submitHeld,
   submitInline,
+  onOpenedThread,
   submitQueued,
   type RunRequest,
 } from '../runs/submission.js';
@@ -82,10 +83,9 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
           field: 'stream',
         });
       }
-      const chain =
-        typeof body.previous_response_id === 'string'
-          ? await threadOfChain(db, who, body.previous_response_id)
-          : undefined;
+      const previousId = body.previous_response_id;
+      const chain = () =>
+        typeof previousId === 'string' ? threadOfChain(db, who, previousId) : Promise.resolve(undefined);
       const asked: ResponseRequest = {
         model: body.model,
         instructions: body.instructions ?? null,
@@ -93,33 +93,39 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
         service_tier: flex ? 'flex' : 'default',
         previous_response_id: body.previous_response_id ?? null,
       };
-      const submission: RunRequest = {
-        agent,
-        class: flex ? 'deferred' : 'default',
-        input,
-        metadata: body.metadata ?? undefined,
-        threadId: chain?.id,
-        newThread: chain?.created,
-        apiRequest: { ...asked },
-      };
+      // The chain's thread is opened with the submission: again if another follow-up's refusal removed it.
+      const submitted = <T>(submit: (submission: RunRequest) => Promise<T>): Promise<T> =>
+        onOpenedThread(chain, (thread) =>
+          submit({
+            agent,
+            class: flex ? 'deferred' : 'default',
+            input,
+            metadata: body.metadata ?? undefined,
+            threadId: thread?.id,
+            newThread: thread?.created,
+            apiRequest: { ...asked },
+          }),
+        );
       const signal = clientGone(reply);
       const windowMs = windowFor(request.headers, settings.syncTimeoutMs);
-      if (background) return toResponse(await submitQueued(ctx, who, submission));
+      if (background) return toResponse(await submitted((s) => submitQueued(ctx, who, s)));
       if (flex) {
-        const { run } = await submitAndWait(ctx, who, submission, { signal, windowMs });
+        const { run } = await submitted((s) => submitAndWait(ctx, who, s, { signal, windowMs }));
         if (wasInterrupted(run)) throw interrupted(run);
         return reply.status(isSettled(run.status) ? 200 : 202).send(toResponse(run));
       }
       if (body.stream) {
-        const { done } = await submitHeld(ctx, who, submission, {
-          signal,
-          play: (run) =>
-            streamResponse(reply, executor, run, { db, keepAliveMs: settings.streamKeepAliveMs }),
-        });
+        const { done } = await submitted((s) =>
+          submitHeld(ctx, who, s, {
+            signal,
+            play: (run) =>
+              streamResponse(reply, executor, run, { db, keepAliveMs: settings.streamKeepAliveMs }),
+          }),
+        );
         void done.catch(() => undefined);
         return reply;
       }
-      const { run: final } = await submitInline(ctx, who, submission, { signal, windowMs });
+      const { run: final } = await submitted((s) => submitInline(ctx, who, s, { signal, windowMs }));
       if (wasInterrupted(final)) throw interrupted(final);
       return reply.status(isSettled(final.status) ? 200 : 202).send(toResponse(final));
     },

@@ -220,6 +220,44 @@ async function undoingThread<T>(
   }
 }
 
+/** A thread a front opens for a request: `created` when opening it made it (see `RunRequest.newThread`). */
+export interface OpenedThread {
+  id: string;
+  created?: NewThread;
+}
+
+/** How often a request whose thread another request's refusal removed opens it again. */
+const REOPENS = 3;
+
+/**
+ * Submits a request on a thread the front opens itself (AG-UI's first use of a client's thread
+ * id, a Responses chain's first follow-up). Two such requests can come at once: the one that
+ * made the thread removes it when it is refused (`undoingThread`), and the other, which found it
+ * made, would then be told its thread is missing (a 404 for a thread id the client never sent).
+ * So when the thread this request did not make is gone before its run took it, the thread is
+ * opened again (made anew, by this request now) and the request goes on: an accepted request
+ * never fails because another was refused. `open` gives undefined for a request with no thread.
+ */
+export async function onOpenedThread<T>(
+  open: () => Promise<OpenedThread | undefined>,
+  submit: (thread: OpenedThread | undefined) => Promise<T>,
+): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    const thread = await open();
+    try {
+      return await submit(thread);
+    } catch (error) {
+      const removed =
+        thread !== undefined &&
+        thread.created === undefined &&
+        error instanceof RunRefusedError &&
+        error.refusal.kind === 'thread_missing' &&
+        error.refusal.threadId === thread.id;
+      if (!removed || attempt >= REOPENS) throw error;
+    }
+  }
+}
+
 const signalOf = (gone: ClientGone): AbortSignal => (typeof gone === 'function' ? gone() : gone);
 
 const waited = (run: RunRow): Waited => ({ kind: isSettled(run.status) ? 'settled' : 'pending', run });
