@@ -24,9 +24,13 @@ export interface WorkerLoopsOptions {
  *
  * A notify wakes loops that are idle at that moment. One that is claiming then (its read
  * taken before the new run committed, so it finds nothing) would miss it and sleep a whole
- * poll with work queued and itself free: every notify that wakes fewer loops than it has runs
- * is counted for its class (`#heard`), and a loop whose claim found nothing while the count
- * moved claims again at once instead of going idle.
+ * poll with work queued and itself free. So each run of a notify that found no idle loop to
+ * wake is kept as a missed run of its class (`#missed`, at most one per loop), and a loop
+ * whose claim finds nothing takes one and claims again at once instead of going idle: one
+ * claim again per run, not one per loop claiming (at 80 admissions a second and runs that end
+ * at once, every loop going round for every run kept the database busy with empty claims).
+ * A notify for every class (a thread freed, runs promoted, the workers stopping) is rare: it
+ * sends every loop that was claiming meanwhile round again (`#everyClass`).
  */
 export class WorkerLoops {
   /** Idle loops, each with the class of run it claims. */
@@ -34,8 +38,12 @@ export class WorkerLoops {
   /** Loops waiting out a database failure; woken only to stop. */
   readonly #backingOff = new Set<() => void>();
   readonly #loops: Promise<void>[] = [];
-  /** Notifies of each class that found no idle loop to wake for every run (any-class ones count for all). */
-  readonly #heard = new Map<RunClass | 'any', number>();
+  /** Runs of each class notified while no idle loop was left to wake for them. */
+  readonly #missed = new Map<RunClass, number>();
+  /** Loops of each class (the most missed runs worth keeping). */
+  readonly #count = new Map<RunClass, number>();
+  /** Notifies for every class so far. */
+  #everyClass = 0;
   #claiming = false;
   readonly #options: WorkerLoopsOptions;
   readonly #clock: Clock;
@@ -54,7 +62,7 @@ export class WorkerLoops {
    * Queued runs were written: wake idle workers now instead of at their next poll. Given a
    * class, one idle loop of that class is woken per run: a loop that wakes for nothing costs a
    * transaction, and a burst of admissions must not make every worker claim in vain. Runs left
-   * without a woken loop are heard by the loops claiming now. Without a class (a thread freed,
+   * without a woken loop are kept for the loops claiming now. Without a class (a thread freed,
    * scheduled runs promoted, the workers stopping), every idle loop wakes and every claiming
    * loop claims again.
    */
@@ -65,15 +73,25 @@ export class WorkerLoops {
       left--;
       wake();
     }
-    if (runClass === undefined || left > 0) {
-      const key = runClass ?? 'any';
-      this.#heard.set(key, (this.#heard.get(key) ?? 0) + 1);
+    if (runClass === undefined) this.#everyClass++;
+    else if (left > 0) {
+      const kept = (this.#missed.get(runClass) ?? 0) + left;
+      this.#missed.set(runClass, Math.min(kept, this.#count.get(runClass) ?? 0));
     }
+  }
+
+  /** Takes one missed run of the class, if there is one. */
+  #takeMissed(runClass: RunClass): boolean {
+    const missed = this.#missed.get(runClass) ?? 0;
+    if (missed === 0) return false;
+    this.#missed.set(runClass, missed - 1);
+    return true;
   }
 
   /** Starts `count` loops claiming runs of `runClass` with `claim`. */
   start(runClass: RunClass, count: number, claim: () => Promise<RunRow | undefined>): void {
     this.#claiming = true;
+    this.#count.set(runClass, (this.#count.get(runClass) ?? 0) + count);
     for (let i = 0; i < count; i++) this.#loops.push(this.#loop(runClass, claim));
   }
 
@@ -85,16 +103,12 @@ export class WorkerLoops {
     await Promise.allSettled(this.#loops.splice(0));
   }
 
-  #heardFor(runClass: RunClass): number {
-    return (this.#heard.get(runClass) ?? 0) + (this.#heard.get('any') ?? 0);
-  }
-
   async #loop(runClass: RunClass, claim: () => Promise<RunRow | undefined>): Promise<void> {
     const { idlePollMs, maxBackoffMs } = this.#options;
     const random = this.#options.random ?? Math.random;
     let failures = 0;
     while (this.#claiming) {
-      const heard = this.#heardFor(runClass);
+      const everyClass = this.#everyClass;
       let run: RunRow | undefined;
       try {
         run = await claim();
@@ -112,7 +126,7 @@ export class WorkerLoops {
       // Stopped while claiming: end now rather than after a poll.
       if (!this.#claiming) break;
       // A run queued while this claim was reading, with no idle loop to wake: claim again now.
-      if (failures === 0 && this.#heardFor(runClass) !== heard) continue;
+      if (failures === 0 && (this.#everyClass !== everyClass || this.#takeMissed(runClass))) continue;
       const pause =
         failures === 0
           ? idlePollMs

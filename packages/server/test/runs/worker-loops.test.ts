@@ -146,6 +146,24 @@ it('two runs, one idle loop: the run left over sends the claiming loop round aga
   expect(claims.calls).toHaveLength(4);
 });
 
+it('one run queued while three loops claim sends one of them round again, not all three', async () => {
+  const claims = new Claims();
+  const { loops, clock } = start([['deferred', 3, claims]]);
+  expect(claims.calls).toHaveLength(3);
+  loops.notify('deferred', 1);
+  // The first to find nothing claims again; the two after it go to sleep.
+  const first = nextMove(claims, clock);
+  claims.calls[0]!.resolve(undefined);
+  expect(await first).toBe('claimed');
+  for (const call of [claims.calls[1]!, claims.calls[2]!]) {
+    const move = nextMove(claims, clock);
+    call.resolve(undefined);
+    expect(await move).toBe(`slept ${IDLE_POLL_MS} ms`);
+  }
+  expect(claims.calls).toHaveLength(4);
+  expect(loops.idle).toBe(2);
+});
+
 it("another class's run does not send a claiming loop round again; a notify for every class does", async () => {
   const claims = new Claims();
   const { loops, clock } = start([['deferred', 1, claims]]);
