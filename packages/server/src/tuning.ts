@@ -62,7 +62,8 @@ export const tuning = Object.freeze({
   pruneStreamsEveryMs: 30 * SECOND,
   /**
    * How often upkeep deletes gateway_usage rows older than the longest quota period (a month):
-   * each pass reads at most upkeepBatch rows, and a row is needed only while a window holds it.
+   * each statement reads at most upkeepBatch rows, and a pass goes on while they are all old (a
+   * row is needed only while a window holds it).
    */
   pruneGatewayUsageEveryMs: 10 * MINUTE,
 });

@@ -100,19 +100,35 @@ export class GatewayAccounting {
   }
 }
 
+/** At most this many statements a prune: 500,000 rows a pass at the default batch. */
+export const PRUNE_MAX_STATEMENTS = 1_000;
+
 /**
  * Deletes the gateway_usage rows older than `keepMs` (the longest period a quota or spend limit
- * counts over), at most `batch` a pass. The rows come in id order, which is their time order (id
- * and created_at are both taken at the insert), so a pass reads only the oldest `batch` rows by
- * the primary key and never scans the table. Returns how many went.
+ * counts over), `batch` rows a statement, statement after statement while one finds a full batch
+ * (at most `maxStatements`). The rows come in id order, which is their time order (id and
+ * created_at are both taken at the insert), so a statement reads only the oldest `batch` rows by
+ * the primary key and never scans the table. One statement a pass would delete 500 rows every ten
+ * minutes, fewer than a gateway busier than one call a second records: the table would grow for
+ * ever. Returns how many went.
  */
-export async function pruneGatewayUsage(db: Database, keepMs: number, batch: number): Promise<number> {
-  const { rows } = await db.query<{ id: string }>(
-    `DELETE FROM gateway_usage WHERE id IN (
-       SELECT id FROM (SELECT id, created_at FROM gateway_usage ORDER BY id LIMIT $2::int) oldest
-       WHERE created_at < clock_timestamp() - $1::float8 * interval '1 millisecond')
-     RETURNING id`,
-    [keepMs, batch],
-  );
-  return rows.length;
+export async function pruneGatewayUsage(
+  db: Database,
+  keepMs: number,
+  batch: number,
+  maxStatements = PRUNE_MAX_STATEMENTS,
+): Promise<number> {
+  let total = 0;
+  for (let statements = 0; statements < maxStatements; statements++) {
+    const { rows } = await db.query<{ id: string }>(
+      `DELETE FROM gateway_usage WHERE id IN (
+         SELECT id FROM (SELECT id, created_at FROM gateway_usage ORDER BY id LIMIT $2::int) oldest
+         WHERE created_at < clock_timestamp() - $1::float8 * interval '1 millisecond')
+       RETURNING id`,
+      [keepMs, batch],
+    );
+    total += rows.length;
+    if (rows.length < batch) break;
+  }
+  return total;
 }
