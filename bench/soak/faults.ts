@@ -74,8 +74,9 @@ export interface FaultTargets {
 export const GRACE_MS = 3000;
 /** The quiet gap between the end of one fault's window and the next fault. */
 export const QUIET_MS = { min: 4000, max: 9000 };
-// Generous: a server restarted from its sources on a busy 2-core box takes tens of seconds to serve.
-const READY_TIMEOUT_MS = 90_000;
+// Generous: a server restarted from its sources on a busy 2-core box takes tens of seconds to
+// serve. Counted from the fault's start, so a restart that was slow counts too.
+const READY_TIMEOUT_MS = 120_000;
 
 /** Injects faults of `kinds` until `signal` aborts (the one in progress is finished and undone). */
 export async function injectFaults(
@@ -94,7 +95,7 @@ export async function injectFaults(
     const kind = round.shift()!;
     const startedAt = Date.now();
     const { target, detail } = await inject(kind, targets, random);
-    const readyAt = await everyServerReady(targets.balancer);
+    const readyAt = await everyServerReady(targets.balancer, startedAt + READY_TIMEOUT_MS);
     records.push({ kind, startedAt, readyAt, endsAt: (readyAt ?? Date.now()) + GRACE_MS, target, detail });
     await sleep(GRACE_MS + random.int(QUIET_MS.min, QUIET_MS.max), signal);
   }
@@ -189,8 +190,7 @@ async function terminateBackends(url: string, database: string, count: number): 
   }
 }
 
-async function everyServerReady(balancer: Balancer): Promise<number | undefined> {
-  const until = Date.now() + READY_TIMEOUT_MS;
+async function everyServerReady(balancer: Balancer, until: number): Promise<number | undefined> {
   while (Date.now() < until) {
     if (await balancer.allReady()) {
       await balancer.check();
