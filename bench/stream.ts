@@ -13,16 +13,22 @@
  *
  * The peer is the provider stand-in of @sluice/testkit answering an OpenAI-compatible
  * `POST /chat/completions` with `stream: true`, read with fetch: what a client talking to the
- * provider itself would see. The server runs on embedded PGlite; both paths use the same
- * stand-in, whose chunks are 16 characters of text each and are written with no delay between
- * them (so what is measured is the cost of carrying them, not a provider's pace).
+ * provider itself would see. The server runs on embedded PGlite and on PostgreSQL (found or
+ * started as for the tests; skipped when there is none), a stored and a not-stored process for
+ * each; every path uses the same stand-in, whose chunks are 16 characters of text each and are
+ * written with no delay between them (so what is measured is the cost of carrying them, not a
+ * provider's pace). Besides wall time, each server process reports the CPU time it spent
+ * (process.cpuUsage), so what storing costs per event is also had from CPU, which a loaded
+ * machine disturbs far less than it does wall time.
  *
- * Run: npm run bench:stream   (-- --quick)
+ * Run: npm run bench:stream   (-- --quick, -- --pglite-only). BENCH_CPU_PROF_DIR=dir: the
+ * stand-in and each server write a CPU profile there of the time they served (see startProfile).
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
@@ -30,6 +36,10 @@ import { fileURLToPath } from 'node:url';
 import { createAgent } from 'sluice';
 import { createToken, defineConfig, serve } from '@sluice/server';
 import { startProviderStandIn } from '@sluice/testkit';
+import pg from 'pg';
+import { serverOf, urlOf } from '../scripts/postgres-config.js';
+// @ts-expect-error plain ESM script without types
+import { ensurePostgres } from '../scripts/postgres.mjs';
 
 const quick = process.argv.includes('--quick');
 const iterations = quick ? 7 : 51;
@@ -59,8 +69,23 @@ async function start(name: 'provider' | 'server', env: Record<string, string> = 
     ['--conditions=@sluice/source', '--import', 'tsx', fileURLToPath(import.meta.url)],
     { env: { ...process.env, ...env, SLUICE_STREAM_BENCH_ROLE: name }, stdio: ['pipe', 'pipe', 'inherit'] },
   );
+  const lines = createInterface({ input: child.stdout! });
+  let ready: (line: string) => void;
+  const readyLine = new Promise<string>((resolve) => (ready = resolve));
+  // The ready line is the first that names the url; a server may log a warning before it.
+  let marked: ((cpuUs: number) => void) | undefined;
+  lines.on('line', (l) => {
+    if (l.includes('"cpuMark"')) marked?.((JSON.parse(l) as { cpuMark: number }).cpuMark);
+    if (l.includes('"url"')) ready(l);
+  });
+  /** The CPU time the process has spent so far, in µs (it answers SIGUSR2 with it). */
+  const cpu = () =>
+    new Promise<number>((resolve) => {
+      marked = resolve;
+      child.kill('SIGUSR2');
+    });
   const line = await Promise.race([
-    once(createInterface({ input: child.stdout! }), 'line').then(([l]) => l as string),
+    readyLine,
     once(child, 'exit').then(([code]) => {
       throw new Error(`the ${name} process exited with ${String(code)} before it was ready`);
     }),
@@ -69,16 +94,49 @@ async function start(name: 'provider' | 'server', env: Record<string, string> = 
     child.stdin!.end(); // the child closes what it started when its input ends
     if (child.exitCode === null) await once(child, 'exit');
   };
-  return { ready: JSON.parse(line) as Record<string, string>, stop };
+  return { ready: JSON.parse(line) as Record<string, string>, stop, cpu };
 }
 
 /** Serves until the parent closes this process's input. */
 async function serveUntilParentLeaves(ready: Record<string, string>, close: () => Promise<unknown>) {
+  // The parent gone, this process has no one to tell.
+  process.stdout.on('error', () => undefined);
+  const profile = await startProfile();
+  process.on('SIGUSR2', () => {
+    const used = process.cpuUsage();
+    console.log(JSON.stringify({ cpuMark: used.user + used.system }));
+  });
   console.log(JSON.stringify(ready));
   process.stdin.resume();
   await once(process.stdin, 'end');
+  await profile?.();
   await close();
   process.exit(0);
+}
+
+/**
+ * BENCH_CPU_PROF_DIR=dir: profiles this process from when it is ready until the parent leaves
+ * (start-up, migrations and module loading left out) and writes `<role>-<store>-<pid>.cpuprofile`
+ * there; the returned function stops and writes it.
+ */
+async function startProfile(): Promise<(() => Promise<void>) | undefined> {
+  const dir = process.env.BENCH_CPU_PROF_DIR;
+  if (!dir) return undefined;
+  const session = new Session();
+  session.connect();
+  const post = (method: string) =>
+    new Promise<unknown>((resolve, reject) =>
+      session.post(method, (error, result) => (error ? reject(error) : resolve(result))),
+    );
+  await post('Profiler.enable');
+  await post('Profiler.start');
+  return async () => {
+    const { profile } = (await post('Profiler.stop')) as { profile: unknown };
+    const store = process.env.SLUICE_STREAM_BENCH_DATABASE ? 'postgres' : 'pglite';
+    const kind = process.env.SLUICE_STREAM_BENCH_STORE === '0' ? 'unstored' : 'stored';
+    const name = role === 'server' ? `server-${store}-${kind}` : String(role);
+    writeFileSync(join(dir, `${name}-${process.pid}.cpuprofile`), JSON.stringify(profile));
+  };
 }
 
 if (role === 'provider') {
@@ -105,7 +163,7 @@ if (role === 'server') {
     config: defineConfig({ agents: { echo: createAgent({ model, credentials: { apiKey: 'k' } }) } }),
     port: 0,
     dataDir: dir,
-    databaseUrl: '',
+    databaseUrl: process.env.SLUICE_STREAM_BENCH_DATABASE ?? '',
     storeRunEvents: process.env.SLUICE_STREAM_BENCH_STORE !== '0',
     // Warnings only: the info line per request would bury the table.
     logger: { level: 'warn' },
@@ -121,13 +179,48 @@ if (role === 'server') {
 
 const providerProcess = await start('provider');
 const provider = { url: providerProcess.ready.url! };
-const serverProcess = await start('server', { SLUICE_STREAM_BENCH_PROVIDER: provider.url });
-const server = { url: serverProcess.ready.url!, token: serverProcess.ready.token! };
-const unstoredProcess = await start('server', {
-  SLUICE_STREAM_BENCH_PROVIDER: provider.url,
-  SLUICE_STREAM_BENCH_STORE: '0',
-});
-const unstored = { url: unstoredProcess.ready.url!, token: unstoredProcess.ready.token! };
+
+/** The stores measured: embedded PGlite always, PostgreSQL when one is found or can be started. */
+const stores: { name: string; databaseUrl: string }[] = [{ name: 'PGlite', databaseUrl: '' }];
+const pgUrl = process.argv.includes('--pglite-only')
+  ? undefined
+  : ((await ensurePostgres()) as string | undefined);
+const BENCH_DB = `sluice_bench_stream_${process.pid}`;
+const admin = async (sql: string) => {
+  const client = new pg.Client({ connectionString: pgUrl });
+  await client.connect();
+  try {
+    await client.query(sql);
+  } finally {
+    await client.end();
+  }
+};
+if (pgUrl) {
+  await admin(`CREATE DATABASE ${BENCH_DB}`);
+  stores.push({ name: 'PostgreSQL', databaseUrl: urlOf(serverOf(pgUrl).server, BENCH_DB) });
+}
+
+interface Target {
+  url: string;
+  token: string;
+  stop: () => Promise<void>;
+  cpu: () => Promise<number>;
+}
+/** A server process on `store`, storing its runs' events or not (the baseline). */
+async function target(store: (typeof stores)[number], stored: boolean): Promise<Target> {
+  const child = await start('server', {
+    SLUICE_STREAM_BENCH_PROVIDER: provider.url,
+    SLUICE_STREAM_BENCH_STORE: stored ? '1' : '0',
+    SLUICE_STREAM_BENCH_DATABASE: store.databaseUrl,
+  });
+  return { url: child.ready.url!, token: child.ready.token!, stop: child.stop, cpu: child.cpu };
+}
+// One after another: two servers migrating one PostgreSQL database at once would wait on each other.
+const targets = new Map<string, Target>();
+for (const store of stores) {
+  targets.set(`${store.name}:stored`, await target(store, true));
+  targets.set(`${store.name}:unstored`, await target(store, false));
+}
 
 interface Sample {
   /** From the request's start to the first text. */
@@ -184,12 +277,12 @@ async function direct(chunks: number): Promise<Sample> {
   return sample;
 }
 
-/** The same reply as a streamed run through `target` (the server that stores its events, by default). */
-async function streamed(chunks: number, target = server): Promise<Sample> {
+/** The same reply as a streamed run through `target`. */
+async function streamed(chunks: number, to: Target): Promise<Sample> {
   const start = performance.now();
-  const response = await fetch(`${target.url}/api/client/v1/agents/echo/runs`, {
+  const response = await fetch(`${to.url}/api/client/v1/agents/echo/runs`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${target.token}` },
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${to.token}` },
     body: JSON.stringify({ input: `chunks:${chunks}`, stream: true }),
   });
   if (response.status !== 200)
@@ -211,86 +304,120 @@ async function streamed(chunks: number, target = server): Promise<Sample> {
   return sample;
 }
 
-const paths = { direct, streamed, unstored: (chunks: number) => streamed(chunks, unstored) } as const;
-const cases = [
+type Path = 'direct' | `${string}:stored` | `${string}:unstored`;
+const run = (path: Path, chunks: number) =>
+  path === 'direct' ? direct(chunks) : streamed(chunks, targets.get(path)!);
+const cases: [Path, number][] = [
   ['direct', SHORT],
-  ['streamed', SHORT],
   ['direct', LONG],
-  ['streamed', LONG],
-  ['unstored', SHORT],
-  ['unstored', LONG],
-] as const;
+  ...stores.flatMap((store): [Path, number][] => [
+    [`${store.name}:stored`, SHORT],
+    [`${store.name}:stored`, LONG],
+    [`${store.name}:unstored`, SHORT],
+    [`${store.name}:unstored`, LONG],
+  ]),
+];
 const samples = new Map<string, Sample[]>(cases.map(([p, n]) => [`${p}:${n}`, []]));
+/** Events each server sent in the measured samples: what its CPU time is divided by. */
+const sent = new Map<string, number>();
+const loadAtStart = loadavg()[0]!;
+/** Each server's CPU time when the measured samples began, in µs. */
+const cpuAtStart = new Map<string, number>();
 for (let i = 0; i < warmup + iterations; i++) {
+  if (i === warmup) {
+    sent.clear();
+    for (const [path, t] of targets) cpuAtStart.set(path, await t.cpu());
+  }
   // Round-robin, so drift on the shared machine falls on every path alike.
   for (const [path, chunks] of cases) {
     // Let the work a streamed run leaves behind once its response has ended (its place, its
     // thread waiters, the garbage of 500 events) finish before the next sample starts.
     await new Promise((resolve) => setTimeout(resolve, 20));
-    const sample = await paths[path](chunks);
+    const sample = await run(path, chunks);
     if (sample.text !== textOf(chunks)) throw new Error(`${path} run of ${chunks} chunks lost text`);
+    sent.set(path, (sent.get(path) ?? 0) + sample.events);
     if (i >= warmup) samples.get(`${path}:${chunks}`)!.push(sample);
   }
 }
-await serverProcess.stop();
-await unstoredProcess.stop();
+const loadAtEnd = loadavg()[0]!;
+// What each server spent over the measured samples (after the warm-up), idle work included:
+// the stored and not-stored servers of a store did the same samples over the same span.
+const cpuUs = new Map<string, number>();
+for (const [path, t] of targets) cpuUs.set(path, (await t.cpu()) - cpuAtStart.get(path)!);
+for (const t of targets.values()) await t.stop();
 await providerProcess.stop();
+if (pgUrl) await admin(`DROP DATABASE IF EXISTS ${BENCH_DB} WITH (FORCE)`);
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const m = (key: string, field: keyof Omit<Sample, 'text'>) => median(samples.get(key)!.map((s) => s[field]));
-
-const rows = cases.map(([path, chunks]) => {
+const rowOf = (path: Path, chunks: number) => {
   const key = `${path}:${chunks}`;
+  const [store, kind] = path === 'direct' ? ['-', 'direct'] : path.split(':');
   return {
-    path: {
-      direct: 'stand-in stream read directly',
-      streamed: 'streamed run through the server',
-      unstored: 'streamed run, events not stored',
-    }[path],
+    path:
+      kind === 'direct'
+        ? 'stand-in stream read directly'
+        : kind === 'stored'
+          ? 'streamed run through the server'
+          : 'streamed run, events not stored',
+    store: store!,
     chunks,
     events: m(key, 'events'),
     firstEvent: m(key, 'firstEvent'),
     firstText: m(key, 'firstText'),
     total: m(key, 'total'),
   };
-});
-const [directShort, serverShort, directLong, serverLong, unstoredShort, unstoredLong] = rows as [
-  (typeof rows)[0],
-  (typeof rows)[0],
-  (typeof rows)[0],
-  (typeof rows)[0],
-  (typeof rows)[0],
-  (typeof rows)[0],
-];
-const ttfbRatio = serverShort.firstText / directShort.firstText;
-const ttfbAdded = serverShort.firstText - directShort.firstText;
-// The brief's figure: everything the server adds to a long stream, spread over its events.
-const perEventAll = ((serverLong.total - directLong.total) / serverLong.events) * 1000;
-// The same with the fixed cost of a run (auth, admission, the run's rows) taken out: the added
-// time a long reply costs over a one-chunk reply, per extra event.
-const perEventMarginal =
-  ((serverLong.total - serverShort.total - (directLong.total - directShort.total)) /
-    (serverLong.events - serverShort.events)) *
-  1000;
-// What storing the events adds: the long stream against the same one on a server that stores
-// none, per event; and per extra event, with the fixed cost of a run taken out on both sides.
-const storedPerEvent = ((serverLong.total - unstoredLong.total) / serverLong.events) * 1000;
-const storedPerEventMarginal =
-  ((serverLong.total - serverShort.total - (unstoredLong.total - unstoredShort.total)) /
-    (serverLong.events - serverShort.events)) *
-  1000;
+};
+const rows = cases.map(([path, chunks]) => rowOf(path, chunks));
+const directShort = rowOf('direct', SHORT);
+const directLong = rowOf('direct', LONG);
 const directPerChunk =
   ((directLong.total - directShort.total) / (directLong.events - directShort.events)) * 1000;
 
+const figures = stores.map((store) => {
+  const serverShort = rowOf(`${store.name}:stored`, SHORT);
+  const serverLong = rowOf(`${store.name}:stored`, LONG);
+  const unstoredShort = rowOf(`${store.name}:unstored`, SHORT);
+  const unstoredLong = rowOf(`${store.name}:unstored`, LONG);
+  const extra = serverLong.events - serverShort.events;
+  // CPU: what the storing process spent over the one that stores nothing, per event either sent.
+  const stored = `${store.name}:stored`;
+  const unstored = `${store.name}:unstored`;
+  const cpuPerEvent = cpuUs.get(stored)! / sent.get(stored)! - cpuUs.get(unstored)! / sent.get(unstored)!;
+  return {
+    store: store.name,
+    // The first text through the server against the stand-in's own stream.
+    firstTextVsDirect: serverShort.firstText / directShort.firstText,
+    firstTextAddedMs: serverShort.firstText - directShort.firstText,
+    firstEventMs: serverShort.firstEvent,
+    // Everything the server adds to a long stream, spread over its events.
+    perEventUs: ((serverLong.total - directLong.total) / serverLong.events) * 1000,
+    // The same with the fixed cost of a run (auth, admission, the run's rows) taken out: the
+    // added time a long reply costs over a one-chunk reply, per extra event.
+    perEventMarginalUs:
+      ((serverLong.total - serverShort.total - (directLong.total - directShort.total)) / extra) * 1000,
+    // What storing the events adds: the long stream against the same one on a server that
+    // stores none, per event; per extra event with the fixed cost of a run taken out on both
+    // sides; and in CPU time of the server process.
+    storedPerEventUs: ((serverLong.total - unstoredLong.total) / serverLong.events) * 1000,
+    storedPerEventMarginalUs:
+      ((serverLong.total - serverShort.total - (unstoredLong.total - unstoredShort.total)) / extra) * 1000,
+    storedCpuPerEventUs: cpuPerEvent,
+    unstoredFirstTextMs: unstoredShort.firstText,
+    storedFirstTextMs: serverShort.firstText,
+  };
+});
+
 console.log(
-  `\nStreamed run through the run server (PGlite) against the stand-in's stream read directly, median of ${iterations}, one run`,
+  `\nStreamed runs through the run server against the stand-in's stream read directly, median of ${iterations}, one run`,
 );
 console.log(
-  `node ${process.version}, ${new Date().toISOString().slice(0, 10)}, chunks of ${CHUNK_CHARS} characters, no delay\n`,
+  `node ${process.version}, ${new Date().toISOString().slice(0, 10)}, chunks of ${CHUNK_CHARS} characters, no delay, load average ${loadAtStart.toFixed(1)} at start, ${loadAtEnd.toFixed(1)} at end\n`,
 );
-const header = ['path', 'chunks', 'events', 'first event ms', 'first text ms', 'total ms'];
+const header = ['path', 'store', 'chunks', 'events', 'first event ms', 'first text ms', 'total ms'];
 const table = rows.map((r) => [
   r.path,
+  r.store,
   String(r.chunks),
   String(r.events),
   r.path.startsWith('stand-in') ? '-' : r.firstEvent.toFixed(2),
@@ -302,36 +429,44 @@ const line = (r: string[]) => `| ${r.map((c, i) => c.padEnd(widths[i]!)).join(' 
 console.log(line(header));
 console.log(`|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`);
 for (const r of table) console.log(line(r));
-console.log(
-  `\ntime to first text delta: server ${serverShort.firstText.toFixed(2)} ms / direct ${directShort.firstText.toFixed(2)} ms = ${ttfbRatio.toFixed(1)}x (+${ttfbAdded.toFixed(2)} ms)`,
-);
-console.log(
-  `per event, ${LONG} chunks: (server total - direct total) / ${serverLong.events} events = ${perEventAll.toFixed(1)} µs`,
-);
-console.log(
-  `per event, fixed cost of a run removed: ${perEventMarginal.toFixed(1)} µs added per extra event (direct: ${directPerChunk.toFixed(1)} µs per chunk)`,
-);
-console.log(
-  `storing the events: ${storedPerEvent.toFixed(1)} µs per event (${LONG} chunks, stored - not stored), ${storedPerEventMarginal.toFixed(1)} µs per extra event; first text ${serverShort.firstText.toFixed(2)} ms stored / ${unstoredShort.firstText.toFixed(2)} ms not stored`,
-);
+console.log(`\ndirect: ${directPerChunk.toFixed(1)} µs per extra chunk`);
+for (const f of figures) {
+  console.log(`\n${f.store}:`);
+  console.log(
+    `  time to first text delta: ${f.storedFirstTextMs.toFixed(2)} ms / direct ${directShort.firstText.toFixed(2)} ms = ${f.firstTextVsDirect.toFixed(2)}x (+${f.firstTextAddedMs.toFixed(2)} ms; run.created at ${f.firstEventMs.toFixed(2)} ms)`,
+  );
+  console.log(
+    `  per event, ${LONG} chunks: ${f.perEventUs.toFixed(1)} µs over direct; ${f.perEventMarginalUs.toFixed(1)} µs per extra event with the run's fixed cost removed`,
+  );
+  console.log(
+    `  storing the events: ${f.storedPerEventUs.toFixed(1)} µs per event (${LONG} chunks, stored - not stored, wall), ${f.storedPerEventMarginalUs.toFixed(1)} µs per extra event (wall), ${f.storedCpuPerEventUs.toFixed(1)} µs of the server's CPU per event; first text ${f.storedFirstTextMs.toFixed(2)} ms stored / ${f.unstoredFirstTextMs.toFixed(2)} ms not stored`,
+  );
+}
+const round = (n: number, digits = 2) => Number(n.toFixed(digits));
+const worst = (pick: (f: (typeof figures)[number]) => number) => round(Math.max(...figures.map(pick)));
 console.log(
   JSON.stringify({
     bench: 'stream',
     node: process.version,
+    date: new Date().toISOString().slice(0, 10),
+    load_average: round(loadAtStart, 1),
     iterations,
     chunkChars: CHUNK_CHARS,
+    stores: stores.map((s) => s.name),
     rows: rows.map((r) => ({
       ...r,
-      firstEvent: Number(r.firstEvent.toFixed(3)),
-      firstText: Number(r.firstText.toFixed(3)),
-      total: Number(r.total.toFixed(3)),
+      firstEvent: round(r.firstEvent, 3),
+      firstText: round(r.firstText, 3),
+      total: round(r.total, 3),
     })),
-    firstTextRatio: Number(ttfbRatio.toFixed(2)),
-    firstTextAddedMs: Number(ttfbAdded.toFixed(3)),
-    perEventUs: Number(perEventAll.toFixed(2)),
-    perEventMarginalUs: Number(perEventMarginal.toFixed(2)),
-    directPerChunkUs: Number(directPerChunk.toFixed(2)),
-    storedPerEventUs: Number(storedPerEvent.toFixed(2)),
-    storedPerEventMarginalUs: Number(storedPerEventMarginal.toFixed(2)),
+    directPerChunkUs: round(directPerChunk),
+    figures: figures.map((f) =>
+      Object.fromEntries(Object.entries(f).map(([k, v]) => [k, typeof v === 'number' ? round(v, 3) : v])),
+    ),
+    // The worse of the stores.
+    first_text_vs_direct: worst((f) => f.firstTextVsDirect),
+    stored_us_per_event: worst((f) => f.storedPerEventUs),
+    stored_us_per_extra_event: worst((f) => f.storedPerEventMarginalUs),
+    stored_cpu_us_per_event: worst((f) => f.storedCpuPerEventUs),
   }),
 );

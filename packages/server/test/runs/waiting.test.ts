@@ -1,3 +1,4 @@
+import { createAgent, createConcurrencyLimiter } from 'sluice';
 import { describe, expect, it } from 'vitest';
 import { startTestServer, until } from '../helpers.js';
 
@@ -90,6 +91,45 @@ describe('runs that say why they wait (`waiting`)', () => {
     const d2 = await t.call('POST', '/agents/echo/runs', { input: 'x', class: 'deferred' });
     expect((await get(d2.body.id as string)).waiting).toEqual({ reason: 'deferred_running_cap' });
     for (const id of [first.body.id, d1.body.id]) await t.call('POST', `/agents/runs/${id}/cancel`);
+  });
+
+  it('a queued run whose agent’s provider requests wait for a slot waits for `provider_slot`; `worker` once none waits', async () => {
+    // One provider slot, two queue workers: the first run holds the slot, the second is claimed
+    // and waits for it, so both workers are busy and the third, queued, waits behind the slot.
+    const limiter = createConcurrencyLimiter({ name: 'one-slot', maxConcurrent: 1 });
+    const t = await startTestServer({
+      settings: { runConcurrency: 2 },
+      agents: (model) => ({
+        limited: createAgent({ model, credentials: { apiKey: 'k' }, concurrency: { limiter } }),
+      }),
+    });
+    const get = async (id: string) => (await t.call('GET', `/agents/runs/${id}`)).body;
+    const post = async (input: string) =>
+      (await t.call('POST', '/agents/limited/runs', { input, wait: false })).body.id as string;
+    const holder = await post('stall');
+    await until(async () => (await limiter.stats()).active === 1, 'the first run holding the slot');
+    const second = await post('stall');
+    await until(async () => (await limiter.stats()).queued === 1, 'the second run waiting for the slot');
+    expect((await get(second)).status).toBe('running');
+    expect((await get(second)).waiting).toBeUndefined();
+    const third = await post('x');
+    expect((await get(third)).status).toBe('queued');
+    expect((await get(third)).waiting).toEqual({ reason: 'provider_slot' });
+    const overview = (await t.call('GET', '/ops/overview', undefined, t.admin)).body;
+    expect(overview.waiting).toEqual(
+      expect.arrayContaining([{ tenant: 't', reason: 'provider_slot', count: 1 }]),
+    );
+
+    // The holder canceled: the second takes the slot and nothing waits for one; the third, still
+    // without a worker (both hold stalled runs), waits for `worker`.
+    await t.call('POST', `/agents/runs/${holder}/cancel`);
+    await until(async () => {
+      const stats = await limiter.stats();
+      return stats.queued === 0 && stats.active === 1;
+    }, 'the slot passed on');
+    const still = await get(third);
+    if (still.status === 'queued') expect(still.waiting).toEqual({ reason: 'worker' });
+    for (const id of [second, third]) await t.call('POST', `/agents/runs/${id}/cancel`);
   });
 
   it('a 429 of the runs API carries RateLimit-Policy and RateLimit beside Retry-After', async () => {
