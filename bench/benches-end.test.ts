@@ -36,7 +36,12 @@ const benches: { script: string; args: string[]; json?: string; databases?: stri
     databases: 'sluice_bench_queues_PID_%',
   },
   { script: 'cache', args: ['bench/cache.ts', '--quick'], json: 'cache', databases: 'sluice_bench_cache' },
-  { script: 'stream', args: ['bench/stream.ts', '--quick'], json: 'stream' },
+  {
+    script: 'stream',
+    args: ['bench/stream.ts', '--quick'],
+    json: 'stream',
+    databases: 'sluice_bench_stream_PID',
+  },
   { script: 'agent', args: ['bench/agent-overhead.ts', '--quick'] },
   { script: 'memory', args: ['bench/agent-memory.ts'] },
 ];

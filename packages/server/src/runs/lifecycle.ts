@@ -7,6 +7,7 @@ import { toJsonb } from './json.js';
 import { requiredActionOf, type Decision, type RequiredAction } from './required-action.js';
 import { inOrder, runDocuments } from './run-documents.js';
 import { cancelableAtOnce, sqlList, type FailureType, type FinalStatus, type RunStatus } from './states.js';
+import { eventsJson, type EventRow } from '../streams/queries.js';
 import { full, type NewRun, type RunRow } from './store.js';
 
 export * from './states.js';
@@ -277,9 +278,12 @@ export async function finishRun(
   id: string,
   worker: string,
   outcome: Outcome,
+  events: readonly EventRow[] = [],
 ): Promise<RunRow | undefined> {
   // A successful run of a thread appends its messages in the same statement: the thread never
-  // shows a run succeeded without its answer, nor an answer of a run that did not.
+  // shows a run succeeded without its answer, nor an answer of a run that did not. The run's
+  // stream events not written yet go in it too (streams/: a reader that sees the run ended has
+  // every event but the last), stored whether or not the end is still this process's to write.
   return (
     await db.query<RunRow>(
       `WITH done AS (
@@ -290,7 +294,8 @@ export async function finishRun(
          INSERT INTO thread_messages (thread_id, role, content, run_id)
          SELECT d.thread_id, m.value ->> 'role', m.value -> 'content', d.id
          FROM done d, jsonb_array_elements($7::jsonb) WITH ORDINALITY AS m(value, n)
-         WHERE d.thread_id IS NOT NULL AND d.status = 'succeeded' ORDER BY m.n)
+         WHERE d.thread_id IS NOT NULL AND d.status = 'succeeded' ORDER BY m.n),
+       ${storedEvents('$8')}
        SELECT * FROM done`,
       [
         id,
@@ -300,10 +305,22 @@ export async function finishRun(
         toJsonb(outcome.error),
         toJsonb(outcome.usage),
         toJsonb(outcome.threadMessages ?? []),
+        eventsJson(events),
       ],
     )
   ).rows[0];
 }
+
+/**
+ * A CTE of the statements that end a run: its stream events not written yet (streams/queries.ts
+ * EventRow[], as JSON in `param`), inserted as a flush would; a row written already is kept.
+ */
+const storedEvents = (param: string) =>
+  `stored_events AS (
+         INSERT INTO agent_run_events (run_id, seq, events)
+         SELECT r.run_id, r.seq, r.events
+         FROM jsonb_to_recordset(${param}::jsonb) AS r(run_id text, seq int, events jsonb)
+         ON CONFLICT DO NOTHING)`;
 
 // ── Waiting for a person ─────────────────────────────────────────────────────────────────
 
@@ -326,6 +343,7 @@ export async function pauseRun(
   id: string,
   worker: string,
   pause: Pause,
+  events: readonly EventRow[] = [],
 ): Promise<RunRow | undefined> {
   const requiredAction = requiredActionOf(pause.pending, []);
   const paused = (
@@ -344,9 +362,10 @@ export async function pauseRun(
        kept AS (
          UPDATE threads SET lock_expires_at = 'infinity'
          WHERE active_run_id = $1::text AND EXISTS (SELECT 1 FROM paused WHERE status = 'requires_action')
-         RETURNING id)
+         RETURNING id),
+       ${storedEvents('$6')}
        SELECT * FROM paused`,
-      [id, worker, toJsonb(requiredAction), toJsonb(pause.state), toJsonb(pause.usage)],
+      [id, worker, toJsonb(requiredAction), toJsonb(pause.state), toJsonb(pause.usage), eventsJson(events)],
     )
   ).rows[0];
   // Callers waiting on other processes re-read the run ('end' wakes them; it is not final).

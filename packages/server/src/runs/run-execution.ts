@@ -19,7 +19,13 @@ import { answerOf, historyMessages, promptOf, publicMessage } from './agent-io.j
 import { historyOf, newThreadMessages } from '../threads/store.js';
 import { resumption } from './approvals.js';
 import { getRun, toApiRun, type RunRow } from './store.js';
-import { lastEventOf, type RunLog, type RunStreams, type StreamEvent } from '../streams/index.js';
+import {
+  lastEventOf,
+  type EventRow,
+  type RunLog,
+  type RunStreams,
+  type StreamEvent,
+} from '../streams/index.js';
 
 /** Why a local run was stopped before it ended by itself. */
 export type StopReason = 'cancel' | 'lost' | 'interrupted';
@@ -89,16 +95,22 @@ export class RunExecution {
     const heard = this.#recorder(run, log, listener);
     heard.event('run.started', toApiRun(run));
     const outcome = await traceRun(run, () => this.#run(run, signal, heard));
-    // Everything but the last event is stored before the end is: a reader that sees the run
-    // ended has the rest (streams/follow.ts).
-    await this.streams.flush().catch(() => undefined);
-    const final = outcome
-      ? await this.#persist(run, outcome)
-      : await getRun(this.db, run.tenant, run.id).catch(() => undefined);
+    // Everything but the last event is stored before the end is, in the statement that writes
+    // the end (one round trip, not a flush and then the end): a reader that sees the run ended
+    // has the rest (streams/follow.ts). A run ended elsewhere has its events flushed.
+    let final: RunRow | undefined;
+    if (outcome) {
+      final = await this.#persist(run, outcome, await this.streams.takePending(run.id));
+    } else {
+      await this.streams.flush().catch(() => undefined);
+      final = await getRun(this.db, run.tenant, run.id).catch(() => undefined);
+    }
     // Undefined: the run was ended elsewhere (lost, or its end could not be recorded); say how it stands.
     const current = final ?? (await getRun(this.db, run.tenant, run.id).catch(() => undefined)) ?? run;
     heard.event(lastEventOf(current.status), toApiRun(current));
-    await this.streams.flush().catch(() => undefined);
+    // The last event is written as soon as the response's last bytes are out, not before them:
+    // a reader that comes meanwhile waits for it (or, past the grace, makes it from the row).
+    this.streams.flushSoon();
     return final;
   }
 
@@ -243,14 +255,14 @@ export class RunExecution {
    * run could still be ours (until peers would declare it lost): the result is not given up
    * for a blip, and a write that fails is never turned into a different outcome.
    */
-  async #persist(run: RunRow, outcome: Outcome | Pause): Promise<RunRow | undefined> {
+  async #persist(run: RunRow, outcome: Outcome | Pause, events: EventRow[]): Promise<RunRow | undefined> {
     const deadline = this.clock.now() + this.settings.nodeStaleMs;
     for (let delay: number = tuning.persistRetryMs; ; delay = Math.min(delay * 2, tuning.maxPersistRetryMs)) {
       try {
         return (
           (outcome.status === 'requires_action'
-            ? await pauseRun(this.db, run.id, this.node, outcome)
-            : await finishRun(this.db, run.id, this.node, outcome)) ??
+            ? await pauseRun(this.db, run.id, this.node, outcome, events)
+            : await finishRun(this.db, run.id, this.node, outcome, events)) ??
           (await getRun(this.db, run.tenant, run.id))
         );
       } catch (error) {
@@ -260,6 +272,8 @@ export class RunExecution {
             status: outcome.status,
             error: String(error),
           });
+          // Its events go back to the writer, which keeps trying (a row written already is kept).
+          this.streams.restore(events);
           return undefined;
         }
         await new Promise((resolve) => this.clock.setTimeout(() => resolve(undefined), delay));

@@ -7,10 +7,11 @@ import type { StreamEvent } from './codec.js';
 import { EventFeed } from './feed.js';
 import { followRun } from './follow.js';
 import type { RunStreamEvent } from './names.js';
-import { newestEvent } from './queries.js';
+import { newestEvent, type EventRow } from './queries.js';
 import { EventWriter } from './writer.js';
 
 export type { StreamEvent } from './codec.js';
+export type { EventRow } from './queries.js';
 export { isLastEvent, lastEventOf, type LastEvent, type RunStreamEvent } from './names.js';
 
 /** A run's first event: written at admission, by the process that admitted it. */
@@ -91,6 +92,24 @@ export class RunStreams {
   /** Writes what is gathered now; rejects when the write fails. */
   flush(): Promise<void> {
     return this.#writer.flush();
+  }
+
+  /**
+   * The run's events not written yet, taken out of the next flush for the statement that ends
+   * the run (runs/lifecycle.ts finishRun, pauseRun): they are stored with its end, in one round
+   * trip. Give back with `restore` what that statement did not write.
+   */
+  takePending(runId: string): Promise<EventRow[]> {
+    return this.#writer.take(runId);
+  }
+
+  restore(rows: EventRow[]): void {
+    this.#writer.restore(rows);
+  }
+
+  /** Writes what is gathered right after this turn's I/O, not waited for (a run's last event). */
+  flushSoon(): void {
+    this.#writer.flushSoon();
   }
 
   follow(tenant: string, runId: string, after: number, signal: AbortSignal): AsyncGenerator<StreamEvent> {

@@ -1,4 +1,5 @@
 import type { Database, SqlClient } from '@sluice/postgres/database';
+import { toJsonb } from '../runs/json.js';
 import { sqlList, finalStatuses } from '../runs/states.js';
 import type { StoredEvent } from './codec.js';
 
@@ -7,6 +8,16 @@ export interface EventRow {
   run_id: string;
   seq: number;
   events: StoredEvent[];
+}
+
+/**
+ * Rows as a `$n::jsonb` parameter. A model's text may hold what jsonb refuses (U+0000, an
+ * unpaired surrogate, which JSON.stringify writes as \u escapes): only then is it cleaned
+ * (runs/json.ts), so a batch of ordinary deltas costs one scan of its text.
+ */
+export function eventsJson(rows: readonly EventRow[]): string {
+  const text = JSON.stringify(rows);
+  return /\\u0000|\\ud[89a-f]/i.test(text) ? toJsonb(rows)! : text;
 }
 
 /**
@@ -24,7 +35,7 @@ export async function insertEvents(db: SqlClient, rows: EventRow[]): Promise<voi
        ON CONFLICT DO NOTHING
        RETURNING run_id)
      SELECT pg_notify('sluice_runs', 'events:' || run_id) FROM (SELECT DISTINCT run_id FROM written) AS w`,
-    [JSON.stringify(rows)],
+    [eventsJson(rows)],
   );
 }
 

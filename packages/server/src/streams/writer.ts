@@ -69,6 +69,40 @@ export class EventWriter {
     return next;
   }
 
+  /**
+   * Takes the run's events not written yet out of the batch, for a caller that writes them in
+   * its own statement (the run's end: runs/lifecycle.ts finishRun). Waits first for a flush
+   * under way, so every earlier event of the run is either written or back among the pending.
+   */
+  async take(runId: string): Promise<EventRow[]> {
+    await this.#chain;
+    const taken = this.#rows.filter((row) => row.run_id === runId);
+    if (taken.length === 0) return [];
+    this.#rows = this.#rows.filter((row) => row.run_id !== runId);
+    this.#open.delete(runId);
+    for (const row of taken) this.#pending -= row.events.length;
+    return taken;
+  }
+
+  /** Puts back rows taken that their statement did not write: the next flush writes them. */
+  restore(rows: EventRow[]): void {
+    if (rows.length === 0) return;
+    this.#rows = [...rows, ...this.#rows];
+    for (const row of rows) this.#pending += row.events.length;
+    this.#timer ??= setTimeout(() => void this.flush().catch(() => undefined), this.#delay());
+  }
+
+  /**
+   * Writes what is gathered soon, after the I/O of this turn of the event loop (a response's
+   * last bytes) has gone out: the end of a run is not held up by its last event's write.
+   */
+  flushSoon(): void {
+    // While writes fail, the backoff's timer stands.
+    if (this.#rows.length === 0 || this.#failures > 0) return;
+    clearTimeout(this.#timer);
+    this.#timer = setTimeout(() => void this.flush().catch(() => undefined), 0);
+  }
+
   /** Writes what is left (one attempt) and stops the timer. */
   async close(): Promise<void> {
     clearTimeout(this.#timer);
