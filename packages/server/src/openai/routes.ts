@@ -103,6 +103,7 @@ export function openAiRoutes(api: FastifyInstance, ctx: RouteContext): void {
             metadata: body.metadata ?? undefined,
             threadId: thread?.id,
             newThread: thread?.created,
+            reopenThread: thread?.reopen,
             apiRequest: { ...asked },
           }),
         );

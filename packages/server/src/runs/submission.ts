@@ -7,7 +7,14 @@ import type { AdmissionHooks } from '../ops/admissions.js';
 import type { ServerSettings } from '../settings.js';
 import type { Principal } from '../store/tokens.js';
 import { clearPausedThread, holdThread, type HoldAttempt, type OnBusy } from '../threads/hold.js';
-import { dropNewThread, getThread, threadLeaseMs, unlockThread, type NewThread } from '../threads/store.js';
+import {
+  dropNewThread,
+  getThread,
+  keepOpenedThread,
+  threadLeaseMs,
+  unlockThread,
+  type NewThread,
+} from '../threads/store.js';
 import { admitRun, userRetryAfterMs, type WithRun } from './admission.js';
 import type { Executor } from './executor.js';
 import { isSettled, type RunClass } from './lifecycle.js';
@@ -74,6 +81,12 @@ export interface RunRequest {
    * removes it again, so a refused request leaves no row it created (see `dropNewThread`).
    */
   newThread?: NewThread;
+  /**
+   * The thread (`threadId`) was found made by another request that may remove it when refused
+   * (see `onOpenedThread`): a queued run admitted on it looks that it is still there, and is
+   * moved to the thread this opens again when it is not.
+   */
+  reopenThread?: () => Promise<OpenedThread | undefined>;
 }
 
 /** The client-gone signal, or its maker: made only when first needed (most refusals never need it). */
@@ -102,7 +115,11 @@ export async function submitQueued(
   options: { withRun?: WithRun } = {},
 ): Promise<RunRow> {
   return undoingThread(deps, request, async () =>
-    admitQueued(deps, who, await queuedRunOf(deps, who, request), options.withRun),
+    keptOnThread(
+      deps,
+      request,
+      await admitQueued(deps, who, await queuedRunOf(deps, who, request), options.withRun),
+    ),
   );
 }
 
@@ -121,7 +138,7 @@ export async function submitAndWait(
     const newRun = await queuedRunOf(deps, who, request);
     const place = await takePlace(deps, who, newRun.class);
     try {
-      return { run: await admitQueued(deps, who, newRun), release: place };
+      return { run: await keptOnThread(deps, request, await admitQueued(deps, who, newRun)), release: place };
     } catch (error) {
       place();
       throw error;
@@ -224,6 +241,8 @@ async function undoingThread<T>(
 export interface OpenedThread {
   id: string;
   created?: NewThread;
+  /** Set by `onOpenedThread` on a thread this request found made: opens it again (`RunRequest.reopenThread`). */
+  reopen?: () => Promise<OpenedThread | undefined>;
 }
 
 /** How often a request whose thread another request's refusal removed opens it again. */
@@ -243,7 +262,8 @@ export async function onOpenedThread<T>(
   submit: (thread: OpenedThread | undefined) => Promise<T>,
 ): Promise<T> {
   for (let attempt = 1; ; attempt++) {
-    const thread = await open();
+    const opened = await open();
+    const thread = opened && opened.created === undefined ? { ...opened, reopen: open } : opened;
     try {
       return await submit(thread);
     } catch (error) {
@@ -256,6 +276,23 @@ export async function onOpenedThread<T>(
       if (!removed || attempt >= REOPENS) throw error;
     }
   }
+}
+
+/**
+ * A queued run admitted on a thread its request found made by another request: when that
+ * request's refusal removed the thread meanwhile, the run is moved to the thread opened again
+ * (see `keepOpenedThread`), else it would stay queued on a thread no claim can take.
+ */
+async function keptOnThread(
+  deps: Pick<SubmissionDeps, 'db' | 'executor'>,
+  request: RunRequest,
+  run: RunRow,
+): Promise<RunRow> {
+  if (request.reopenThread === undefined || run.thread_id === null) return run;
+  const threadId = await keepOpenedThread(deps.db, run.id, run.thread_id, request.reopenThread);
+  if (threadId === run.thread_id) return run;
+  deps.executor.notify(run.class);
+  return { ...run, thread_id: threadId ?? null };
 }
 
 const signalOf = (gone: ClientGone): AbortSignal => (typeof gone === 'function' ? gone() : gone);

@@ -180,21 +180,54 @@ export interface NewThread {
  * request leaves no row behind. Only while nothing has used it since: no run of it (the run it
  * was seeded from aside, which goes back to having no thread) and no holder of its lock (a
  * concurrent request being admitted on it). Its messages go with it. True when it was removed.
+ *
+ * The row is locked first and the runs are looked for in a statement after that lock: a run
+ * admitted on the thread meanwhile by another request that found it (whose insert the lock's
+ * snapshot may not see) is seen by then, or that request sees the thread gone when it looks
+ * after its admission (`keepOpenedThread`, which waits for this lock) and moves its run.
  */
-export async function dropNewThread(db: SqlClient, thread: NewThread): Promise<boolean> {
-  const { rows } = await db.query<{ n: number }>(
-    `WITH gone AS (
-       DELETE FROM threads t
-       WHERE t.id = $1::text AND t.active_run_id IS NULL
-         AND NOT EXISTS (SELECT 1 FROM agent_runs r WHERE r.thread_id = t.id AND r.id IS DISTINCT FROM $2::text)
-       RETURNING t.id),
-     unseeded AS (
-       UPDATE agent_runs SET thread_id = NULL
-       WHERE id = $2::text AND thread_id IN (SELECT id FROM gone) RETURNING id)
-     SELECT count(*)::int AS n FROM gone`,
-    [thread.id, thread.seededFrom ?? null],
+export async function dropNewThread(db: Database, thread: NewThread): Promise<boolean> {
+  return db.transaction(async (tx) => {
+    const locked = await tx.query<{ id: string }>('SELECT id FROM threads WHERE id = $1::text FOR UPDATE', [
+      thread.id,
+    ]);
+    if (locked.rows.length === 0) return false;
+    const { rows } = await tx.query<{ n: number }>(
+      `WITH gone AS (
+         DELETE FROM threads t
+         WHERE t.id = $1::text AND t.active_run_id IS NULL
+           AND NOT EXISTS (SELECT 1 FROM agent_runs r WHERE r.thread_id = t.id AND r.id IS DISTINCT FROM $2::text)
+         RETURNING t.id),
+       unseeded AS (
+         UPDATE agent_runs SET thread_id = NULL
+         WHERE id = $2::text AND thread_id IN (SELECT id FROM gone) RETURNING id)
+       SELECT count(*)::int AS n FROM gone`,
+      [thread.id, thread.seededFrom ?? null],
+    );
+    return (rows[0]?.n ?? 0) > 0;
+  });
+}
+
+/**
+ * After a queued run was admitted on a thread its request found made by another request (which
+ * removes it if it is refused, see `dropNewThread`): whether the thread is still there, waiting
+ * for a removal under way. When it is gone, the run is moved to the thread `reopen` opens (a
+ * queued run of a missing thread is never claimed). Returns the thread the run is on.
+ */
+export async function keepOpenedThread(
+  db: Database,
+  runId: string,
+  threadId: string,
+  reopen: () => Promise<{ id: string } | undefined>,
+): Promise<string | undefined> {
+  const there = await db.query('SELECT id FROM threads WHERE id = $1::text FOR SHARE', [threadId]);
+  if (there.rows.length > 0) return threadId;
+  const again = await reopen();
+  await db.query(
+    `UPDATE agent_runs SET thread_id = $3::text WHERE id = $1::text AND thread_id = $2::text AND status = 'queued'`,
+    [runId, threadId, again?.id ?? null],
   );
-  return (rows[0]?.n ?? 0) > 0;
+  return again?.id;
 }
 
 /** Renews the leases of the threads held by runs this process executes. */

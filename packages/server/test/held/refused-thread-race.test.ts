@@ -12,7 +12,7 @@ import { describeWith } from '../../../../scripts/service-suites.js';
 import { threadOfAgUi } from '../../src/agui/threads.js';
 import { threadOfChain } from '../../src/openai/chains.js';
 import type { Principal } from '../../src/store/tokens.js';
-import { postgres, startTestServer, type TestServer } from '../helpers.js';
+import { postgres, startTestServer, until, type TestServer } from '../helpers.js';
 
 const member = (tenant: string): Principal => ({
   tokenId: 'test',
@@ -112,6 +112,52 @@ describeWith({ PostgreSQL: postgres })('a request whose thread another refused r
         [first.body.id],
       );
       expect(rows[0]!.thread_id).not.toBeNull();
+      expect(rows[0]!.thread_id).not.toBe(made.id);
+    }
+  }, 60_000);
+
+  it('Responses: a background or flex follow-up admitted on a chain thread removed meanwhile is moved to the thread made again, and runs (not queued for ever)', async () => {
+    const t = await startTestServer({ database: 'postgres' });
+    const token = await t.token({ tenant: 'a', project: 'p', role: 'member' });
+    const { db } = t.server.store;
+    for (const how of [{ background: true }, { service_tier: 'flex' }]) {
+      const first = await t.call('POST', '/responses', { model: 'agent:echo', input: 'first' }, token);
+      expect(first.body).toMatchObject({ status: 'completed' });
+      // Another follow-up made the chain's thread...
+      const made = await threadOfChain(db, member('a'), first.body.id as string);
+      expect(made.created).toBeDefined();
+      // ...and its refusal removes it while this follow-up's queued run is being admitted on it
+      // (its removal did not see the insert): a trigger on the insert does what that removal does.
+      await db.query('DROP TRIGGER IF EXISTS race_insert ON agent_runs');
+      await db.query('DROP FUNCTION IF EXISTS race_insert');
+      await db.query(`CREATE FUNCTION race_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          DELETE FROM threads WHERE id = NEW.thread_id;
+          UPDATE agent_runs SET thread_id = NULL WHERE thread_id = NEW.thread_id;
+          RETURN NEW;
+        END $$`);
+      await db.query(`CREATE TRIGGER race_insert BEFORE INSERT ON agent_runs FOR EACH ROW
+        WHEN (NEW.thread_id = '${made.id}') EXECUTE FUNCTION race_insert()`);
+      const reply = await t.call(
+        'POST',
+        '/responses',
+        { model: 'agent:echo', input: 'more', previous_response_id: first.body.id, ...how },
+        token,
+      );
+      expect([200, 202]).toContain(reply.status);
+      const id = reply.body.id as string;
+      await until(
+        async () => (await t.call('GET', `/responses/${id}`, undefined, token)).body.status === 'completed',
+        'the follow-up ran',
+      );
+      // The run and the chain are on one thread, made again, that exists.
+      const { rows } = await db.query<{ id: string; thread_id: string | null; there: boolean }>(
+        `SELECT r.id, r.thread_id, EXISTS (SELECT 1 FROM threads t WHERE t.id = r.thread_id) AS there
+         FROM agent_runs r WHERE r.id = ANY($1::text[]) ORDER BY r.id = $2::text`,
+        [[first.body.id, id], first.body.id],
+      );
+      expect(rows.map((r) => r.there)).toEqual([true, true]);
+      expect(rows[0]!.thread_id).toBe(rows[1]!.thread_id);
       expect(rows[0]!.thread_id).not.toBe(made.id);
     }
   }, 60_000);
