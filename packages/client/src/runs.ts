@@ -29,11 +29,19 @@ export function runCalls(t: Transport) {
       t.json<Run>('POST', `/agents/${segment('agent', agent)}/runs`, body, options),
     get,
     /** A page of the tenant's runs, oldest first. */
-    list: (query: ListRunsQuery = {}, options?: CallOptions) => {
-      const search = new URLSearchParams(
-        Object.entries(query).filter((e): e is [string, string] => typeof e[1] === 'string'),
-      ).toString();
-      return t.json<Page<Run>>('GET', `/agents/runs${search ? `?${search}` : ''}`, undefined, options);
+    list: async (query: ListRunsQuery = {}, options?: CallOptions) => {
+      const search = new URLSearchParams();
+      for (const [name, value] of Object.entries(query) as [string, unknown][]) {
+        if (value === undefined || value === null) continue;
+        // A number (`limit: 2`) is sent as one; anything else would be dropped without a word.
+        if (typeof value !== 'string' && typeof value !== 'number')
+          throw new TypeError(
+            `Expected \`${name}\` of runs.list to be a string or a number, got ${typeof value}`,
+          );
+        search.set(name, String(value));
+      }
+      const q = search.toString();
+      return t.json<Page<Run>>('GET', `/agents/runs${q ? `?${q}` : ''}`, undefined, options);
     },
     /** Cancels a run; resolves with the run (final, or still stopping on its process). */
     cancel: async (id: string, options?: CallOptions) =>

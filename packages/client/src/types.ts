@@ -11,7 +11,10 @@ export type CreateRunBody = JsonBody<'/api/client/v1/agents/{agent}/runs', 'post
 /** The body of `POST /threads`. */
 export type CreateThreadBody = JsonBody<'/api/client/v1/threads', 'post'>;
 /** The query of `GET /agents/runs`. */
-export type ListRunsQuery = NonNullable<paths['/api/client/v1/agents/runs']['get']['parameters']['query']>;
+export type ListRunsQuery = Omit<
+  NonNullable<paths['/api/client/v1/agents/runs']['get']['parameters']['query']>,
+  'limit'
+> & { limit?: string | number };
 
 export type RunStatus =
   'scheduled' | 'queued' | 'running' | 'requires_action' | 'succeeded' | 'failed' | 'canceled';

@@ -151,6 +151,32 @@ describe('bodies a proxy or a hostile server sends', () => {
     expect(error.message.length).toBeLessThan(1000);
   });
 
+  it('an error body that never ends is read up to 64 KiB, not for ever', async () => {
+    const s = await startRawServer((req, res) => {
+      res.writeHead(502, { 'content-type': 'text/html' });
+      const more = () => {
+        while (res.write(`<p>${'x'.repeat(1000)}</p>`));
+      };
+      res.on('drain', more);
+      more();
+    });
+    const error = await failureOf(createClient({ baseUrl: s.url, token: 't' }).runs.get(RUN_ID));
+    expect(error).toMatchObject({ status: 502 });
+    await s.seen[0]!.closed;
+  });
+
+  it('a redirect to another origin does not carry the token there', async () => {
+    const other = await startRawServer((req, res) => json(res, 200, run('succeeded')));
+    const s = await startRawServer((req, res) => {
+      res.writeHead(307, { location: `${other.url}${req.url}` });
+      res.end();
+    });
+    await createClient({ baseUrl: s.url, token: 'sk_secret' }).runs.get(RUN_ID);
+    expect(s.seen[0]!.headers.authorization).toBe('Bearer sk_secret');
+    expect(other.seen).toHaveLength(1);
+    expect(other.seen[0]!.headers.authorization).toBeUndefined();
+  });
+
   it('a 200 whose body is not JSON is a SluiceError with the status, not a SyntaxError', async () => {
     const s = await startRawServer((req, res) => {
       res.writeHead(200, { 'content-type': 'text/html' });
@@ -258,6 +284,16 @@ describe('what a careless caller passes', () => {
         () => createClient({ baseUrl: 'http://127.0.0.1:1', token: token as string }),
         String(token),
       ).toThrow(TypeError);
+  });
+
+  it('runs.list({ limit: 2 }) sends the number (it was dropped without a word: only strings were sent)', async () => {
+    const s = await startRawServer((req, res) =>
+      json(res, 200, { object: 'list', data: [], next_cursor: null }),
+    );
+    const sluice = createClient({ baseUrl: s.url, token: 't' });
+    await sluice.runs.list({ limit: 2, status: 'queued,running' });
+    expect(s.seen[0]!.url).toBe('/api/client/v1/agents/runs?limit=2&status=queued%2Crunning');
+    await expect(sluice.runs.list({ limit: { n: 2 } as unknown as number })).rejects.toThrow(TypeError);
   });
 
   it('an empty id, or "." and "..", is refused before any request (they would name another route)', async () => {
