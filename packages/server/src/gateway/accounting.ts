@@ -4,6 +4,7 @@ import type { Places, PlaceTaken } from '../cache/places.js';
 import { quotaUse, spendFigures } from '../runs/admission-counts.js';
 import type { TenantLimits } from '../runs/policy.js';
 import type { ResolvedGateway } from './config.js';
+import { deleteInBatches, PRUNE_MAX_STATEMENTS } from '../store/prune.js';
 import { GatewayError } from './errors.js';
 
 /**
@@ -100,17 +101,12 @@ export class GatewayAccounting {
   }
 }
 
-/** At most this many statements a prune: 500,000 rows a pass at the default batch. */
-export const PRUNE_MAX_STATEMENTS = 1_000;
-
 /**
  * Deletes the gateway_usage rows older than `keepMs` (the longest period a quota or spend limit
- * counts over), `batch` rows a statement, statement after statement while one finds a full batch
- * (at most `maxStatements`). The rows come in id order, which is their time order (id and
- * created_at are both taken at the insert), so a statement reads only the oldest `batch` rows by
- * the primary key and never scans the table. One statement a pass would delete 500 rows every ten
- * minutes, fewer than a gateway busier than one call a second records: the table would grow for
- * ever. Returns how many went.
+ * counts over), `batch` rows a statement while one finds a full batch (store/prune.ts). The rows
+ * come in id order, which is their time order (id and created_at are both taken at the insert),
+ * so a statement reads only the oldest `batch` rows by the primary key and never scans the
+ * table. Returns how many went.
  */
 export async function pruneGatewayUsage(
   db: Database,
@@ -118,17 +114,18 @@ export async function pruneGatewayUsage(
   batch: number,
   maxStatements = PRUNE_MAX_STATEMENTS,
 ): Promise<number> {
-  let total = 0;
-  for (let statements = 0; statements < maxStatements; statements++) {
-    const { rows } = await db.query<{ id: string }>(
-      `DELETE FROM gateway_usage WHERE id IN (
-         SELECT id FROM (SELECT id, created_at FROM gateway_usage ORDER BY id LIMIT $2::int) oldest
-         WHERE created_at < clock_timestamp() - $1::float8 * interval '1 millisecond')
-       RETURNING id`,
-      [keepMs, batch],
-    );
-    total += rows.length;
-    if (rows.length < batch) break;
-  }
-  return total;
+  return deleteInBatches(
+    async () =>
+      (
+        await db.query<{ id: string }>(
+          `DELETE FROM gateway_usage WHERE id IN (
+             SELECT id FROM (SELECT id, created_at FROM gateway_usage ORDER BY id LIMIT $2::int) oldest
+             WHERE created_at < clock_timestamp() - $1::float8 * interval '1 millisecond')
+           RETURNING id`,
+          [keepMs, batch],
+        )
+      ).rows.length,
+    batch,
+    maxStatements,
+  );
 }

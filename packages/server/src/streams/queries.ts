@@ -1,6 +1,7 @@
 import type { Database, SqlClient } from '@sluice/postgres/database';
 import { toJsonb } from '../runs/json.js';
 import { sqlList, finalStatuses } from '../runs/states.js';
+import { deleteInBatches, PRUNE_MAX_STATEMENTS } from '../store/prune.js';
 import type { StoredEvent } from './codec.js';
 
 /** A run's events `seq`, `seq + 1`, ... as one flush wrote them. */
@@ -67,21 +68,33 @@ export async function newestEvent(
 
 /**
  * Deletes the events of runs that ended more than `retentionMs` ago, and those of runs that are
- * gone: the events table holds only recent runs, so the join starts from it. In batches, so a
- * pass stays a short statement.
+ * gone: the events table holds only recent runs, so the join starts from it. `batch` rows a
+ * statement while one finds a full batch (store/prune.ts): a busy server stores more than one
+ * batch of rows between two passes.
  */
-export async function pruneEvents(db: Database, retentionMs: number, batch: number): Promise<number> {
-  const result = await db.query<{ run_id: string }>(
-    `DELETE FROM agent_run_events WHERE (run_id, seq) IN (
-       SELECT e.run_id, e.seq FROM agent_run_events e LEFT JOIN agent_runs r ON r.id = e.run_id
-       WHERE r.id IS NULL
-          OR (r.status IN (${sqlList(finalStatuses)})
-              AND r.finished_at < clock_timestamp() - make_interval(secs => $1::float8 / 1000))
-       LIMIT ${batch})
-     RETURNING run_id`,
-    [retentionMs],
+export async function pruneEvents(
+  db: Database,
+  retentionMs: number,
+  batch: number,
+  maxStatements = PRUNE_MAX_STATEMENTS,
+): Promise<number> {
+  return deleteInBatches(
+    async () =>
+      (
+        await db.query<{ run_id: string }>(
+          `DELETE FROM agent_run_events WHERE (run_id, seq) IN (
+             SELECT e.run_id, e.seq FROM agent_run_events e LEFT JOIN agent_runs r ON r.id = e.run_id
+             WHERE r.id IS NULL
+                OR (r.status IN (${sqlList(finalStatuses)})
+                    AND r.finished_at < clock_timestamp() - make_interval(secs => $1::float8 / 1000))
+             LIMIT $2::int)
+           RETURNING run_id`,
+          [retentionMs, batch],
+        )
+      ).rows.length,
+    batch,
+    maxStatements,
   );
-  return result.rows.length;
 }
 
 /**
