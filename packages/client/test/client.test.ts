@@ -4,7 +4,7 @@ import { startProviderStandIn, toolThenAnswer } from '@sluice/testkit';
 import { RateLimitError, SluiceError, createClient, type StreamEvent } from '@sluice/client';
 import { describeWith } from '../../../scripts/service-suites.js';
 import { afterThisTest, freshDatabase, postgres, startTestServer, until } from '../../server/test/helpers.js';
-import { gate } from '../../server/test/process/harness.js';
+import { gate, startWorker, testDatabase } from '../../server/test/process/harness.js';
 import { startSwitchProxy } from './switch-proxy.js';
 
 describe('@sluice/client against the run server', () => {
@@ -169,6 +169,43 @@ describeWith({ PostgreSQL: postgres })('@sluice/client across two server process
     const replay: StreamEvent[] = [];
     const runId = (seen[0]!.data as { id: string }).id;
     for await (const e of createClient({ baseUrl: b.server.url, token }).runs.events(runId)) replay.push(e);
+    expect(replay).toEqual(seen);
+  });
+
+  it('the same across two OS processes of the server: cut while the provider answers, resumed on the other process', async () => {
+    const providerMayAnswer = gate();
+    const provider = await startProviderStandIn({
+      reply: async () => {
+        await providerMayAnswer.promise;
+        return { text: 'an answer long enough to come in several chunks, '.repeat(4) };
+      },
+    });
+    afterThisTest(() => provider.close());
+    const db = await testDatabase();
+    const env = { DATABASE_URL: db.url, PROVIDER_URL: provider.url };
+    const [a, b] = await Promise.all([startWorker(env), startWorker(env)]);
+    const { secret: token } = await db.token({ tenant: 'client', role: 'member' });
+    const balancer = await startSwitchProxy(a.url);
+    const sluice = createClient({ baseUrl: balancer.url, token });
+
+    const seen: StreamEvent[] = [];
+    for await (const e of sluice.runs.stream('echo', { input: 'hello' })) {
+      seen.push(e);
+      if (e.event === 'run.started') {
+        // Process A runs it and holds the provider request; the connection drops; the client
+        // reconnects, now to process B, which follows the run from the database.
+        balancer.switchTo(b.url);
+        providerMayAnswer.open();
+      }
+    }
+    expect(seen.map((e) => e.id)).toEqual(seen.map((_, i) => i + 1));
+    expect(seen.slice(0, 2).map((e) => e.event)).toEqual(['run.created', 'run.started']);
+    expect(seen.filter((e) => e.event === 'message.delta').length).toBeGreaterThan(1);
+    expect(seen.at(-1)).toMatchObject({ event: 'run.completed', data: { status: 'succeeded' } });
+    expect(provider.requests).toHaveLength(1);
+    const replay: StreamEvent[] = [];
+    const runId = (seen[0]!.data as { id: string }).id;
+    for await (const e of createClient({ baseUrl: b.url, token }).runs.events(runId)) replay.push(e);
     expect(replay).toEqual(seen);
   });
 });
