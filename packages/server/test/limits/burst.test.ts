@@ -8,6 +8,7 @@ import { toDatabase } from '@sluice/postgres/database';
 import { startProviderStandIn, type ProviderStandIn } from '@sluice/testkit';
 import { urlOf } from '../../../../scripts/postgres-config.js';
 import { describeWith } from '../../../../scripts/service-suites.js';
+import { freshDatabase } from '../harness/index.js';
 
 const postgres = inject('postgres');
 const root = fileURLToPath(new URL('../../../../', import.meta.url));
@@ -135,7 +136,8 @@ describeWith({ PostgreSQL: postgres })('two server processes on one PostgreSQL',
       s.child.kill('SIGTERM');
       await new Promise((r) => s.child.once('exit', r));
     }
-  }, 120_000);
+    // Alone it takes under a minute; beside two other test files on two cores, over two.
+  }, 300_000);
 
   it('kill -9 with queued and running runs: after a restart the queued ones complete, the running ones end worker_lost, none runs twice', async () => {
     const prompts: string[] = [];
@@ -146,7 +148,8 @@ describeWith({ PostgreSQL: postgres })('two server processes on one PostgreSQL',
         return prompt.startsWith('stall') ? { stall: true } : { text: `done ${prompt}` };
       },
     });
-    const databaseUrl = urlOf(postgres!, postgres!.database);
+    // A database of its own: queued runs another test left (one that timed out) would be claimed here.
+    const databaseUrl = await freshDatabase();
     const env = {
       DATABASE_URL: databaseUrl,
       PROVIDER_URL: crashProvider.url,
@@ -155,7 +158,7 @@ describeWith({ PostgreSQL: postgres })('two server processes on one PostgreSQL',
     };
     const first = await startServer(env); // migrates the database at boot
     children.push(first.child);
-    const pool = new pg.Pool({ ...postgres!, max: 2 });
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: 2 });
     const token = (
       await createToken(toDatabase(pool), { tenant: 'crash', project: 'p', user: 'u', role: 'member' })
     ).secret;

@@ -120,15 +120,17 @@ describe('runs that say why they wait (`waiting`)', () => {
       expect.arrayContaining([{ tenant: 't', reason: 'provider_slot', count: 1 }]),
     );
 
-    // The holder canceled: the second takes the slot and nothing waits for one; the third, still
-    // without a worker (both hold stalled runs), waits for `worker`.
+    // The holder canceled: the second takes the slot. The holder's worker is free again and may
+    // claim the third at once (then it runs, waiting for the slot inside, with no `waiting`);
+    // while it is still queued, nothing it waits for is a slot any more: it waits for `worker`.
     await t.call('POST', `/agents/runs/${holder}/cancel`);
     await until(async () => {
-      const stats = await limiter.stats();
-      return stats.queued === 0 && stats.active === 1;
-    }, 'the slot passed on');
+      const ended = !['queued', 'running'].includes((await get(holder)).status as string);
+      return ended && (await limiter.stats()).active === 1 && (await get(second)).status === 'running';
+    }, 'the holder ended and its slot passed to the second');
     const still = await get(third);
     if (still.status === 'queued') expect(still.waiting).toEqual({ reason: 'worker' });
+    else expect(still.waiting).toBeUndefined();
     for (const id of [second, third]) await t.call('POST', `/agents/runs/${id}/cancel`);
   });
 
