@@ -1,5 +1,6 @@
 import { defaultServerConditions } from 'vite';
 import { defineConfig } from 'vitest/config';
+import SlowFirstSequencer from './scripts/vitest-sequencer.js';
 
 // Tests run on the TypeScript sources: the `@sluice/source` export condition points each
 // workspace package at its `src/` instead of its build output.
@@ -23,5 +24,7 @@ export default defineConfig({
     // Most server tests wait on sockets, child processes and the database rather than the CPU:
     // more files at once than cores keeps a 2-core machine busy instead of idle.
     maxWorkers: 3,
+    // The files that take minutes go first (scripts/vitest-sequencer.ts).
+    sequence: { sequencer: SlowFirstSequencer },
   },
 });

@@ -1,0 +1,3 @@
+import { describeBenchesEnd } from './benches-end.js';
+
+describeBenchesEnd(['stream', 'server']);
