@@ -42,7 +42,7 @@ describeWith({ PostgreSQL: postgres })("on_disconnect: 'cancel' with the lazy cl
       async () =>
         (
           await blocker.query<{ n: number }>(
-            `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`,
+            `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
           )
         ).rows[0]!.n === 1,
       'the admission waiting for the tenant lock',

@@ -38,7 +38,7 @@ describeWith({ PostgreSQL: postgres })('the thread lease of a run waiting for ad
     const waitingForAdmission = async () =>
       (
         await blocker.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`,
+          `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
         )
       ).rows[0]!.n;
 

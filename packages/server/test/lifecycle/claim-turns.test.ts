@@ -123,7 +123,7 @@ describeWith({ PostgreSQL: postgres })('default-class claims, round-robin by ten
       async () =>
         (
           await db.query<{ n: number }>(
-            `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`,
+            `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
           )
         ).rows[0]!.n === 1,
       'the claim waits on the lock',

@@ -58,7 +58,7 @@ describeWith({ PostgreSQL: postgres })('a connection lost while the fast path wa
       async () =>
         (
           await holder.query<{ n: number }>(
-            `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`,
+            `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
           )
         ).rows[0]!.n === 1,
       'the admission waiting for the tenant lock',

@@ -120,7 +120,7 @@ describeWith({ PostgreSQL: postgres })('held runs admitted in one round trip', (
       async () =>
         (
           await holder.query<{ n: number }>(
-            `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`,
+            `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
           )
         ).rows[0]!.n >= 2,
       'both batches waiting for the admission lock',

@@ -26,7 +26,7 @@ async function holdTenantLock(databaseUrl: string, tenant: string) {
         async () =>
           (
             await client.query<{ n: number }>(
-              `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`,
+              `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
             )
           ).rows[0]!.n >= n,
         `${n} sessions waiting for the admission lock`,
