@@ -18,18 +18,14 @@ const { promoteMs: PROMOTE_MS, orphanGraceMs: ORPHAN_GRACE_MS } = tuning;
  * expiry, promotion of due scheduled runs, and retention. Each job runs at most once at a time
  * (a slow database never piles passes on top of each other), and no failure escapes.
  *
- * A process whose heartbeat is late (failing, or held by a stalled connection) claims no run
- * and is not ready once half the stale time has gone by without one (`beating`), and stops its
- * own runs at three quarters of it: peers are about to declare them `worker_lost`, and a run
- * nobody can record must not go on spending. Lateness is timed on the monotonic clock, not the
- * app's (a test's clock may jump by hours).
+ * A process that cannot heartbeat for three quarters of the stale time stops its own runs:
+ * peers are about to declare them `worker_lost`, and a run nobody can record must not go on
+ * spending.
  */
 export class NodeUpkeep {
   #timers: ReturnType<typeof setInterval>[] = [];
   #busy = new Set<string>();
   #lastBeat: number;
-  /** When the last heartbeat was written, by performance.now(). */
-  #lastBeatMono = performance.now();
   readonly #jobs: { name: string; everyMs: number; job: () => Promise<unknown> }[] = [];
 
   constructor(
@@ -47,7 +43,6 @@ export class NodeUpkeep {
   async start(): Promise<void> {
     await heartbeat(this.db, this.executor.node);
     this.#lastBeat = this.clock.now();
-    this.#lastBeatMono = performance.now();
     await failLostRuns(this.db, this.settings.nodeStaleMs);
     const every = (ms: number, name: string, job: () => Promise<unknown>) => {
       const timer = setInterval(() => void this.#once(name, job), ms);
@@ -55,13 +50,6 @@ export class NodeUpkeep {
       this.#timers.push(timer);
     };
     every(Math.max(25, Math.floor(this.settings.nodeStaleMs / 4)), 'heartbeat', () => this.#beat());
-    // Not a job: a heartbeat held by a stalled connection never fails, and the job waits on it.
-    const watch = setInterval(
-      () => void this.#watch(),
-      Math.max(25, Math.floor(this.settings.nodeStaleMs / 8)),
-    );
-    watch.unref();
-    this.#timers.push(watch);
     every(Math.max(25, Math.floor(this.settings.nodeStaleMs / 4)), 'sweep', async () => {
       await failLostRuns(this.db, this.settings.nodeStaleMs);
       await endOrphanedRuns(this.db, this.executor.node, this.executor.executing(), ORPHAN_GRACE_MS);
@@ -84,37 +72,20 @@ export class NodeUpkeep {
     return promoted;
   }
 
-  /**
-   * Whether the heartbeat is fresh: written within half the stale time. Queue workers claim only
-   * while it is, and /readyz answers 503 while it is not.
-   */
-  beating(): boolean {
-    return performance.now() - this.#lastBeatMono <= this.settings.nodeStaleMs / 2;
-  }
-
-  /** Stops the local runs of a process whose heartbeat has been late for three quarters of the stale time. */
-  #watch(): Promise<void> {
-    return this.#stopIfLate(performance.now() - this.#lastBeatMono, 'late');
-  }
-
-  async #stopIfLate(silentMs: number, why: 'late' | 'failing'): Promise<void> {
-    if (silentMs <= (this.settings.nodeStaleMs * 3) / 4 || this.executor.active === 0) return;
-    this.log('error', `heartbeat ${why}; stopping local runs before peers declare them lost`, {
-      silent_ms: Math.round(silentMs),
-    });
-    await this.executor.stopAll('lost');
-  }
-
   async #beat(): Promise<void> {
     try {
       await heartbeat(this.db, this.executor.node);
       this.#lastBeat = this.clock.now();
-      this.#lastBeatMono = performance.now();
       // The threads held by runs executing here stay held while they live.
       await renewThreadLeases(this.db, this.executor.executing(), threadLeaseMs(this.settings));
     } catch (error) {
-      // On the app's clock too: a test's clock stands for the time a failing database took.
-      await this.#stopIfLate(this.clock.now() - this.#lastBeat, 'failing');
+      const silentMs = this.clock.now() - this.#lastBeat;
+      if (silentMs > (this.settings.nodeStaleMs * 3) / 4 && this.executor.active > 0) {
+        this.log('error', 'heartbeat failing; stopping local runs before peers declare them lost', {
+          silent_ms: silentMs,
+        });
+        await this.executor.stopAll('lost');
+      }
       throw error;
     }
   }
