@@ -7,14 +7,7 @@ import type { AdmissionHooks } from '../ops/admissions.js';
 import type { ServerSettings } from '../settings.js';
 import type { Principal } from '../store/tokens.js';
 import { clearPausedThread, holdThread, type HoldAttempt, type OnBusy } from '../threads/hold.js';
-import {
-  dropNewThread,
-  getThread,
-  keepOpenedThread,
-  threadLeaseMs,
-  unlockThread,
-  type NewThread,
-} from '../threads/store.js';
+import { getThread, threadLeaseMs, unlockThread, type NewThread } from '../threads/store.js';
 import { admitRun, userRetryAfterMs, type WithRun } from './admission.js';
 import type { Executor } from './executor.js';
 import { isSettled, type RunClass } from './lifecycle.js';
@@ -23,7 +16,10 @@ import type { Refusal } from './refusal.js';
 import { RunRefusedError, invalidInput, type RunRefusal } from './refused.js';
 import { runConfig, type ClientConfig } from './run-config.js';
 import { getRun, newRunId, type NewRun, type RunRow } from './store.js';
+import { keptOnThread, undoingThread, type OpenedThread } from './opened-thread.js';
 import type { RunWaiters } from './waiters.js';
+
+export { onOpenedThread, type OpenedThread } from './opened-thread.js';
 
 /**
  * Creating a run, from start to end, for every front (the runs API, the OpenAI endpoints,
@@ -217,82 +213,6 @@ export async function submitInline(
   void done.catch(() => undefined);
   const windowMs = options.windowMs ?? deps.settings.syncTimeoutMs;
   return waited(await waitForHeld(deps.db, run, finished!, windowMs));
-}
-
-/**
- * Runs a request's admission; when it throws (a refusal, bad input), the thread the front
- * created for the request is removed before the error goes on. The one place every front's
- * refusal undoes what the front created.
- */
-async function undoingThread<T>(
-  deps: Pick<SubmissionDeps, 'db'>,
-  request: RunRequest,
-  admit: () => Promise<T>,
-): Promise<T> {
-  try {
-    return await admit();
-  } catch (error) {
-    if (request.newThread) await dropNewThread(deps.db, request.newThread).catch(() => undefined);
-    throw error;
-  }
-}
-
-/** A thread a front opens for a request: `created` when opening it made it (see `RunRequest.newThread`). */
-export interface OpenedThread {
-  id: string;
-  created?: NewThread;
-  /** Set by `onOpenedThread` on a thread this request found made: opens it again (`RunRequest.reopenThread`). */
-  reopen?: () => Promise<OpenedThread | undefined>;
-}
-
-/** How often a request whose thread another request's refusal removed opens it again. */
-const REOPENS = 3;
-
-/**
- * Submits a request on a thread the front opens itself (AG-UI's first use of a client's thread
- * id, a Responses chain's first follow-up). Two such requests can come at once: the one that
- * made the thread removes it when it is refused (`undoingThread`), and the other, which found it
- * made, would then be told its thread is missing (a 404 for a thread id the client never sent).
- * So when the thread this request did not make is gone before its run took it, the thread is
- * opened again (made anew, by this request now) and the request goes on: an accepted request
- * never fails because another was refused. `open` gives undefined for a request with no thread.
- */
-export async function onOpenedThread<T>(
-  open: () => Promise<OpenedThread | undefined>,
-  submit: (thread: OpenedThread | undefined) => Promise<T>,
-): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    const opened = await open();
-    const thread = opened && opened.created === undefined ? { ...opened, reopen: open } : opened;
-    try {
-      return await submit(thread);
-    } catch (error) {
-      const removed =
-        thread !== undefined &&
-        thread.created === undefined &&
-        error instanceof RunRefusedError &&
-        error.refusal.kind === 'thread_missing' &&
-        error.refusal.threadId === thread.id;
-      if (!removed || attempt >= REOPENS) throw error;
-    }
-  }
-}
-
-/**
- * A queued run admitted on a thread its request found made by another request: when that
- * request's refusal removed the thread meanwhile, the run is moved to the thread opened again
- * (see `keepOpenedThread`), else it would stay queued on a thread no claim can take.
- */
-async function keptOnThread(
-  deps: Pick<SubmissionDeps, 'db' | 'executor'>,
-  request: RunRequest,
-  run: RunRow,
-): Promise<RunRow> {
-  if (request.reopenThread === undefined || run.thread_id === null) return run;
-  const threadId = await keepOpenedThread(deps.db, run.id, run.thread_id, request.reopenThread);
-  if (threadId === run.thread_id) return run;
-  deps.executor.notify(run.class);
-  return { ...run, thread_id: threadId ?? null };
 }
 
 const signalOf = (gone: ClientGone): AbortSignal => (typeof gone === 'function' ? gone() : gone);
