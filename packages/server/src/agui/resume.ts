@@ -8,7 +8,7 @@ import { MAX_ANSWER_CHARS } from '../runs/answers.js';
 import { MAX_REASON_CHARS } from '../runs/approvals.js';
 import { getRun, toApiRun, type RunRow } from '../runs/store.js';
 import type { Principal } from '../store/tokens.js';
-import { newestEvent } from '../streams/queries.js';
+import { pauseEndId } from '../streams/queries.js';
 import { AgUiEvents } from './events.js';
 import { findAgUiThread } from './threads.js';
 
@@ -168,8 +168,8 @@ export async function resumeOverAgUi(
 ): Promise<FastifyReply> {
   const run = await pausedRunOf(ctx, who, agent, body.threadId);
   const decisions = resumeBodyOf(run, body.resume);
-  // Where the run's stored stream stands: its pause is the last event; what follows is the resume's.
-  const cursor = (await newestEvent(ctx.db, run.id))?.id ?? 0;
+  // What follows the pause's own last event is the resume's (that event may not be stored yet).
+  const cursor = await pauseEndId(ctx.db, run.id);
   const moved = await answerPausedRun(ctx, who, run, decisions);
   const signal = clientGone(reply);
   const stream = new EventStream(reply, ctx.settings.streamKeepAliveMs);

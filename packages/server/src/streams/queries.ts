@@ -67,6 +67,17 @@ export async function newestEvent(
 }
 
 /**
+ * The id of the event that ended a paused run's stream (`run.requires_action`), whether it is
+ * stored yet or not: the executor writes it just after the pause (streams/writer.ts), under the
+ * id after every other event of the run. What a resume streams comes after it.
+ */
+export async function pauseEndId(db: SqlClient, runId: string): Promise<number> {
+  const newest = await newestEvent(db, runId);
+  if (newest === undefined) return 0;
+  return newest.event === 'run.requires_action' ? newest.id : newest.id + 1;
+}
+
+/**
  * Deletes the events of runs that ended more than `retentionMs` ago, and those of runs that are
  * gone: the events table holds only recent runs, so the join starts from it. `batch` rows a
  * statement while one finds a full batch (store/prune.ts): a busy server stores more than one
