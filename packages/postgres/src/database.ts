@@ -62,6 +62,7 @@ export interface Database extends SqlClient {
 interface PgPoolLike {
   query(text: string, params?: unknown[]): Promise<{ rows: unknown[] }>;
   connect(): Promise<PgPoolClientLike>;
+  connect(callback: (error: Error | undefined, client: PgPoolClientLike) => void): void;
   options?: object;
   totalCount?: number;
 }
@@ -137,18 +138,33 @@ function setLocal(settings: Record<string, string> = {}): string {
     .join('');
 }
 
+/**
+ * A client of the pool with `onError` listening from the moment it is handed over. The pool
+ * hands a client on inside the read that ended its last statement: a promise's continuation
+ * would attach the listener only after the rest of that read is parsed, and a termination in
+ * it (pg_terminate_backend, a restart) would be emitted with nobody listening.
+ */
+function checkOut(pool: PgPoolLike, onError: (error: Error) => void): Promise<PgPoolClientLike> {
+  return new Promise((resolve, reject) => {
+    pool.connect((error, client) => {
+      if (error) return reject(error);
+      client.on?.('error', onError);
+      resolve(client);
+    });
+  });
+}
+
 export function fromPgPool(pool: PgPoolLike, poolOptions: PgPoolOptions = {}): Database {
   const settings = setLocal(poolOptions.transactionSettings);
   return {
     query: async <R>(text: string, params?: unknown[]) => (await pool.query(text, params)) as QueryResult<R>,
     async transaction<T>(body: (tx: SqlClient) => Promise<T>, options?: TransactionOptions): Promise<T> {
-      const client = await pool.connect();
       let broken: Error | undefined;
       // node-postgres emits 'error' on a checked-out client whose connection drops between two
       // queries, and the pool listens only while the client is idle: without a listener of
       // our own, a terminated backend would end the process. The next query fails instead.
       const onError = (error: Error) => (broken = error);
-      client.on?.('error', onError);
+      const client = await checkOut(pool, onError);
       try {
         // Stated explicitly: allocation reads must see rows committed before the row lock
         // was granted, which an older (REPEATABLE READ) snapshot would not. SET LOCAL lasts

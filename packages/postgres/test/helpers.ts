@@ -47,6 +47,12 @@ export async function until(
  */
 export interface DatabaseProxy {
   readonly port: number;
+  /**
+   * The next answer the database sends reaches its client with PostgreSQL's FATAL 57P01
+   * (what pg_terminate_backend sends) in the same read, and the connection closes: a backend
+   * terminated just as it finished a statement, on a loaded machine.
+   */
+  terminateAfterNextAnswer(): void;
   cut(): Promise<void>;
   restore(): Promise<void>;
   close(): Promise<void>;
@@ -58,6 +64,7 @@ export async function startDatabaseProxy(): Promise<DatabaseProxy> {
   const target = host.startsWith('/') ? { path: `${host}/.s.PGSQL.${port}` } : { host, port };
   const sockets = new Set<Socket>();
   let server: Server | undefined;
+  let terminateNext = false;
   const listen = (at: number) =>
     new Promise<number>((resolve, reject) => {
       const s = createServer((client) => {
@@ -67,7 +74,13 @@ export async function startDatabaseProxy(): Promise<DatabaseProxy> {
           socket.on('error', () => undefined);
           socket.on('close', () => sockets.delete(socket));
         }
-        client.pipe(upstream).pipe(client);
+        client.pipe(upstream);
+        upstream.on('data', (chunk: Buffer) => {
+          if (!terminateNext) return void client.write(chunk);
+          terminateNext = false;
+          client.end(Buffer.concat([chunk, terminationMessage()]));
+          upstream.destroy();
+        });
         client.on('close', () => upstream.destroy());
         upstream.on('close', () => client.destroy());
       });
@@ -87,10 +100,23 @@ export async function startDatabaseProxy(): Promise<DatabaseProxy> {
   const bound = await listen(0);
   return {
     port: bound,
+    terminateAfterNextAnswer: () => void (terminateNext = true),
     cut: stop,
     restore: async () => void (await listen(bound)),
     close: stop,
   };
+}
+
+/** PostgreSQL's ErrorResponse for a terminated backend: FATAL, 57P01 (protocol 3.0). */
+function terminationMessage(): Buffer {
+  const fields = Buffer.from(
+    'SFATAL\0VFATAL\0C57P01\0Mterminating connection due to administrator command\0\0',
+    'utf8',
+  );
+  const header = Buffer.alloc(5);
+  header.write('E', 0);
+  header.writeInt32BE(fields.length + 4, 1);
+  return Buffer.concat([header, fields]);
 }
 
 /** A pool that reaches this run's database through `proxy`; pool errors are expected here. */

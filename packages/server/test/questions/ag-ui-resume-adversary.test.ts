@@ -84,7 +84,7 @@ describeWith({ PostgreSQL: postgres })('AG-UI resume entries against a hostile o
     expect(winner.text).toContain(`told: ${String(results[0])}`);
   });
 
-  it('a resume that comes before the pause\'s last event is stored streams the resumed run, not the old pause', async () => {
+  it("a resume that comes before the pause's last event is stored streams the resumed run, not the old pause", async () => {
     // The executor stores a pause's last event (`run.requires_action`) just after the run row
     // says it paused. A trigger holds that write back on a lock this test holds, so the resume
     // reads the stream while the write is still to come.
@@ -100,9 +100,11 @@ describeWith({ PostgreSQL: postgres })('AG-UI resume entries against a hostile o
       END $$`);
     await db.query(`CREATE TRIGGER held_pause_end BEFORE INSERT ON agent_run_events
       FOR EACH ROW EXECUTE FUNCTION held_pause_end()`);
-    afterThisTest(() => db.query('DROP FUNCTION held_pause_end() CASCADE'));
+    afterThisTest(async () => void (await db.query('DROP FUNCTION held_pause_end() CASCADE')));
     const runId = await pausedOn('unflushed');
-    const answered = post(resuming('unflushed', [{ interruptId: 'call_q', status: 'resolved', payload: 'Lima' }]));
+    const answered = post(
+      resuming('unflushed', [{ interruptId: 'call_q', status: 'resolved', payload: 'Lima' }]),
+    );
     await until(async () => (await s.statusOf(runId)).status !== 'requires_action', 'the run resumed');
     await holder.query('SELECT pg_advisory_unlock(7411)');
     const winner = await answered;
