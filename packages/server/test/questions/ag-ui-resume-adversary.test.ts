@@ -89,10 +89,6 @@ describeWith({ PostgreSQL: postgres })('AG-UI resume entries against a hostile o
     // says it paused. A trigger holds that write back on a lock this test holds, so the resume
     // reads the stream while the write is still to come.
     const db = s.server.store.db;
-    const holder = new pg.Client({ connectionString: s.databaseUrl });
-    await holder.connect();
-    afterThisTest(() => holder.end());
-    await holder.query('SELECT pg_advisory_lock(7411)');
     await db.query(`CREATE FUNCTION held_pause_end() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN
         IF NEW.events -> -1 ->> 0 = 'run.requires_action' THEN PERFORM pg_advisory_xact_lock_shared(7411); END IF;
@@ -101,6 +97,10 @@ describeWith({ PostgreSQL: postgres })('AG-UI resume entries against a hostile o
     await db.query(`CREATE TRIGGER held_pause_end BEFORE INSERT ON agent_run_events
       FOR EACH ROW EXECUTE FUNCTION held_pause_end()`);
     afterThisTest(async () => void (await db.query('DROP FUNCTION held_pause_end() CASCADE')));
+    const holder = new pg.Client({ connectionString: s.databaseUrl });
+    await holder.connect();
+    afterThisTest(() => holder.end());
+    await holder.query('SELECT pg_advisory_lock(7411)');
     const runId = await pausedOn('unflushed');
     const answered = post(
       resuming('unflushed', [{ interruptId: 'call_q', status: 'resolved', payload: 'Lima' }]),
