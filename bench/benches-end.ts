@@ -38,10 +38,10 @@ const benches: { script: string; args: string[]; json?: string; databases?: stri
     json: 'queues',
     databases: 'sluice_bench_queues_PID_%',
   },
-  { script: 'cache', args: ['bench/cache.ts', '--quick'], json: 'cache', databases: 'sluice_bench_cache' },
+  { script: 'cache', args: ['bench/cache.ts', '--smoke'], json: 'cache', databases: 'sluice_bench_cache' },
   {
     script: 'stream',
-    args: ['bench/stream.ts', '--quick'],
+    args: ['bench/stream.ts', '--smoke'],
     json: 'stream',
     databases: 'sluice_bench_stream_PID',
   },

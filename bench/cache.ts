@@ -9,7 +9,7 @@
  * the machine during the run lands on both. Store: PostgreSQL when one can be found or
  * started (what several processes would share), else embedded PGlite. Redis: REDIS_URL, else
  * a redis-server started here on a free port, without persistence.
- * Run: npm run bench:cache   (-- --quick)
+ * Run: npm run bench:cache   (-- --quick; -- --smoke, the shortest)
  */
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -26,8 +26,10 @@ import { serverOf, urlOf } from '../scripts/postgres-config.js';
 // @ts-expect-error plain ESM script without types
 import { ensurePostgres } from '../scripts/postgres.mjs';
 
-const quick = process.argv.includes('--quick');
-const seconds = quick ? 2 : 5;
+// --smoke: the smallest setting, for the test that the bench ends (its figures mean little).
+const smoke = process.argv.includes('--smoke');
+const quick = smoke || process.argv.includes('--quick');
+const seconds = smoke ? 0.5 : quick ? 2 : 5;
 const rounds = 2;
 const concurrency = 32;
 

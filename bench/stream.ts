@@ -21,7 +21,7 @@
  * (process.cpuUsage), so what storing costs per event is also had from CPU, which a loaded
  * machine disturbs far less than it does wall time.
  *
- * Run: npm run bench:stream   (-- --quick, -- --pglite-only). BENCH_CPU_PROF_DIR=dir: the
+ * Run: npm run bench:stream   (-- --quick, -- --smoke: one sample of each, -- --pglite-only). BENCH_CPU_PROF_DIR=dir: the
  * stand-in and each server write a CPU profile there of the time they served (see startProfile).
  */
 import { spawn } from 'node:child_process';
@@ -41,9 +41,11 @@ import { serverOf, urlOf } from '../scripts/postgres-config.js';
 // @ts-expect-error plain ESM script without types
 import { ensurePostgres } from '../scripts/postgres.mjs';
 
-const quick = process.argv.includes('--quick');
-const iterations = quick ? 7 : 51;
-const warmup = quick ? 2 : 5;
+// --smoke: the smallest setting, for the test that the bench ends (its figures mean little).
+const smoke = process.argv.includes('--smoke');
+const quick = smoke || process.argv.includes('--quick');
+const iterations = smoke ? 1 : quick ? 7 : 51;
+const warmup = smoke ? 0 : quick ? 2 : 5;
 /** The stand-in cuts text into pieces of this many characters (packages/testkit/src/stand-in.ts). */
 const CHUNK_CHARS = 16;
 const SHORT = 1;

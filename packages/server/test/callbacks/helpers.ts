@@ -29,6 +29,8 @@ async function admin(sql: string): Promise<void> {
 afterAll(async () => {
   if (!shared) return;
   const { pool, schema } = await shared;
+  // A worker may run another file after this one (vitest's isolate: false): it opens its own.
+  shared = undefined;
   await pool.end();
   await admin(`DROP SCHEMA ${schema} CASCADE`);
 });

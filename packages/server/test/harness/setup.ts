@@ -9,7 +9,7 @@ import { markTestStart, trackTimers } from './timers.js';
 // have their timers tracked. Registered here, first, so these hooks run after the file's own.
 
 const serverTests = /\/packages\/server\/test\//;
-if (serverTests.test(expect.getState().testPath ?? '')) trackTimers();
+trackTimers(serverTests.test(expect.getState().testPath ?? ''));
 
 beforeEach(() => {
   enterTest();

@@ -29,6 +29,7 @@ function siteOf(caller: (...args: never[]) => unknown): { stack?: string } {
 }
 
 function record(entry: Pending): void {
+  if (!tracking) return;
   recorded.push(entry);
   // A long test sets many timers; those already done need not be kept.
   if (recorded.length > 20_000) {
@@ -42,10 +43,17 @@ function record(entry: Pending): void {
 type TimerHandle = { _destroyed?: boolean; hasRef(): boolean };
 
 let installed = false;
+/** Whether this test file's timers are recorded: the server's test files only. */
+let tracking = false;
 
-/** Wraps the timer functions (idempotent). */
-export function trackTimers(): void {
-  if (installed) return;
+/**
+ * Records the timers of this test file, or not (`on` false). A worker that runs several files
+ * (vitest's `isolate: false`) keeps the wrappers of the first; each file starts with none recorded.
+ */
+export function trackTimers(on = true): void {
+  tracking = on;
+  forgetTimers();
+  if (installed || !on) return;
   installed = true;
   const original = {
     setTimeout: globalThis.setTimeout,

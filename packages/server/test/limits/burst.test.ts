@@ -122,7 +122,7 @@ describeWith({ PostgreSQL: postgres })('two server processes on one PostgreSQL',
         [ids],
       );
       if (done.rows[0].n === 250) break;
-      await new Promise((r) => setTimeout(r, 50));
+      await new Promise((r) => setTimeout(r, 250));
     }
     const done = await pool.query(
       `SELECT count(*)::int AS n FROM agent_runs WHERE id = ANY($1) AND status = 'succeeded'`,
