@@ -36,9 +36,10 @@ describeWith({ PostgreSQL: postgresConfig })(
     it('4 processes never take more tokens than the bucket held: at most a full bucket plus the refill over any run of grants', async () => {
       const name = 'spend';
       // 3,000 a minute: 50 a second. The bucket starts full, so the first moment takes about
-      // 3,000, and after that the refill is all there is. Small enough that the four processes
-      // empty it within the 5 s even on a loaded CI machine (a CI run saw them grant only 5,619
-      // tokens in 5 s, short of a 6,000 bucket, so the budget never bound).
+      // 3,000, and after that the refill is all there is. The four processes ask for 775 tokens
+      // each, 3,100 in all: the last 100 can only come from the refill (two seconds), however
+      // slowly a loaded machine runs them (a version that spent for 5 s saw CI runs grant less
+      // than the bucket, so the budget never bound).
       const figure = 3_000;
       const limits = { maxConcurrent: 8, leaseTtlMs: 5_000, rate: { tokensPerMinute: figure } };
       const setup = createPostgresConcurrencyLimiter({ ...limits, db: pool, schema, name });
@@ -46,7 +47,7 @@ describeWith({ PostgreSQL: postgresConfig })(
       const workers = Array.from({ length: 4 }, () =>
         spawnWorker(
           './capacity-worker.ts',
-          envOf(name, limits, { MODE: 'spend', DURATION_MS: '5000', LOOPS: '4' }),
+          envOf(name, limits, { MODE: 'spend', SPEND_TOKENS: '775', LOOPS: '4' }),
           {
             stdin: true,
           },

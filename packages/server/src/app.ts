@@ -255,7 +255,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
     pruneGatewayUsage(db, longestPeriodMs, tuning.upkeepBatch),
   );
 
-  opsRoutes(fastify, { store, isDraining: () => isDraining });
+  opsRoutes(fastify, { store, isDraining: () => isDraining, isBeating: () => upkeep.beating() });
   // Webhooks carry a signature, not a bearer token: outside the authenticated scope.
   await fastify.register(webhookRoutes(ctx, now, cache), { prefix: '/api/client/v1' });
   metricsRoutes(fastify, {
@@ -333,7 +333,7 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
       await upkeep.start();
       started = true;
       await events.start();
-      executor.startWorkers();
+      executor.startWorkers(() => upkeep.beating());
       callbacks.start();
     },
     drain() {

@@ -17,6 +17,13 @@ export const tuning = Object.freeze({
   maxPersistRetryMs: 2 * SECOND,
   /** How often due scheduled runs are moved to their queues: a quarter second late at most. */
   promoteMs: 250,
+  /**
+   * A heartbeat this late (or half the stale time, when that is longer) stops this process's
+   * claims and makes it not ready: short enough that a heartbeat held by a stalled connection
+   * stops claims long before peers declare the process lost at the default stale time (20 s),
+   * long enough that an event loop held up on a loaded machine does not.
+   */
+  heartbeatLateFloorMs: 2 * SECOND,
   /** How long after its start a run of this process may still be on its way into the executor. */
   orphanGraceMs: 10 * SECOND,
   /** How often a caller waiting for a busy thread tries it again when no notification came. */

@@ -4,9 +4,9 @@
  * Env: PG (JSON connection settings), SCHEMA, LIMITER, LIMITS (JSON options), MODE:
  * - `spend`: prints `ready` once the limiter is ready and waits for `go` on stdin (so every
  *   process starts spending at the same moment, however slow its start-up was); then LOOPS
- *   concurrent loops take slots with random token estimates (100 to 400 input tokens) for
- *   DURATION_MS and give each back at once without usage (the estimate stays
- *   charged); prints one JSON line per grant, `{ "tokens", "at", "fence" }` (`at`: the
+ *   concurrent loops take slots with random token estimates (100 to 400 input tokens) until
+ *   the process has asked for SPEND_TOKENS in all, and give each back at once without usage (the estimate
+ *   stays charged); prints one JSON line per grant, `{ "tokens", "at", "fence" }` (`at`: the
  *   lease's acquiredAt, the database time its tokens left the buckets), then `done`;
  * - `hold`: takes a slot, prints `held`, then waits for one line on stdin, `release <status>
  *   <retryAfterMs>`, releases with that provider answer, prints `released`, and exits;
@@ -34,14 +34,16 @@ async function spend(): Promise<void> {
   await limiter.ready();
   console.log('ready');
   await lineFromStdin('go');
-  const until = Date.now() + Number(process.env.DURATION_MS);
+  // An amount, not a time: however slow the machine, the processes together ask for more than
+  // the bucket holds, so the budget binds and the refill is used.
+  const target = Number(process.env.SPEND_TOKENS);
+  let asked = 0;
   const loop = async () => {
-    while (Date.now() < until) {
-      const tokens = 100 + Math.floor(Math.random() * 301);
-      const lease = await limiter
-        .acquire({ tokens: { input: tokens }, timeoutMs: Math.max(1, until - Date.now()) })
-        .catch(() => undefined);
-      if (lease === undefined) continue;
+    while (asked < target) {
+      // The last one asks only for what is left: the processes take exactly SPEND_TOKENS each.
+      const tokens = Math.min(100 + Math.floor(Math.random() * 301), target - asked);
+      asked += tokens;
+      const lease = await limiter.acquire({ tokens: { input: tokens }, timeoutMs: 60_000 });
       console.log(JSON.stringify({ tokens, at: lease.acquiredAt, fence: lease.fence }));
       await limiter.release(lease);
     }

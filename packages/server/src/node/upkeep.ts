@@ -18,14 +18,19 @@ const { promoteMs: PROMOTE_MS, orphanGraceMs: ORPHAN_GRACE_MS } = tuning;
  * expiry, promotion of due scheduled runs, and retention. Each job runs at most once at a time
  * (a slow database never piles passes on top of each other), and no failure escapes.
  *
- * A process that cannot heartbeat for three quarters of the stale time stops its own runs:
- * peers are about to declare them `worker_lost`, and a run nobody can record must not go on
- * spending.
+ * A process whose heartbeat is late (`beating()` false: none written for half the stale time,
+ * or `tuning.heartbeatLateFloorMs` when that is longer) claims no run and is not ready: its
+ * heartbeat may be held by a stalled connection rather than failing, and a run it claimed then
+ * would be declared `worker_lost` by its peers. Its running runs go on; it stops them only
+ * when the heartbeat fails for three quarters of the stale time: peers are about to declare
+ * them lost, and a run nobody can record must not go on spending.
  */
 export class NodeUpkeep {
   #timers: ReturnType<typeof setInterval>[] = [];
   #busy = new Set<string>();
   #lastBeat: number;
+  /** When the last heartbeat was written, by the monotonic clock (the app's may be a test's, jumping hours). */
+  #lastBeatMono: number | undefined;
   readonly #jobs: { name: string; everyMs: number; job: () => Promise<unknown> }[] = [];
 
   constructor(
@@ -43,6 +48,7 @@ export class NodeUpkeep {
   async start(): Promise<void> {
     await heartbeat(this.db, this.executor.node);
     this.#lastBeat = this.clock.now();
+    this.#lastBeatMono = performance.now();
     await failLostRuns(this.db, this.settings.nodeStaleMs);
     const every = (ms: number, name: string, job: () => Promise<unknown>) => {
       const timer = setInterval(() => void this.#once(name, job), ms);
@@ -72,10 +78,30 @@ export class NodeUpkeep {
     return promoted;
   }
 
+  /**
+   * Whether this process's heartbeat is fresh enough to claim runs and answer ready (see the
+   * class). True before `start`: a process that runs no upkeep has no heartbeat to be late.
+   */
+  beating(): boolean {
+    return this.#lastBeatMono === undefined || performance.now() - this.#lastBeatMono <= this.#lateMs();
+  }
+
+  #lateMs(): number {
+    return Math.max(this.settings.nodeStaleMs / 2, tuning.heartbeatLateFloorMs);
+  }
+
   async #beat(): Promise<void> {
     try {
       await heartbeat(this.db, this.executor.node);
       this.#lastBeat = this.clock.now();
+      const silentMs = performance.now() - (this.#lastBeatMono ?? 0);
+      this.#lastBeatMono = performance.now();
+      if (silentMs > this.#lateMs()) {
+        this.log('warn', 'heartbeat written again after being late; claiming runs again', {
+          silent_ms: Math.round(silentMs),
+        });
+        this.executor.notify();
+      }
       // The threads held by runs executing here stay held while they live.
       await renewThreadLeases(this.db, this.executor.executing(), threadLeaseMs(this.settings));
     } catch (error) {

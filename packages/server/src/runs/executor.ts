@@ -149,15 +149,21 @@ export class Executor {
     this.#workers.notify(runClass, runs);
   }
 
-  /** Starts the queue workers (after the server listens). */
-  startWorkers(): void {
+  /**
+   * Starts the queue workers (after the server listens). They claim only while `mayClaim` says
+   * so (the process's heartbeat is fresh, node/upkeep.ts: a run claimed by a process its peers
+   * are about to declare lost would end `worker_lost`); otherwise they wait for their next look.
+   */
+  startWorkers(mayClaim: () => boolean = () => true): void {
     const lease = threadLeaseMs(this.settings);
-    this.#workers.start('default', this.settings.runConcurrency, () =>
-      claimDefaultRun(this.db, this.node, lease),
+    this.#workers.start('default', this.settings.runConcurrency, async () =>
+      mayClaim() ? claimDefaultRun(this.db, this.node, lease) : undefined,
     );
     // Deferred work has workers of its own: a deferred backlog never takes interactive capacity.
-    this.#workers.start('deferred', this.settings.deferredConcurrency, () =>
-      claimDeferredRun(this.db, this.node, this.settings.deferredMaxRunningPerTenant, lease),
+    this.#workers.start('deferred', this.settings.deferredConcurrency, async () =>
+      mayClaim()
+        ? claimDeferredRun(this.db, this.node, this.settings.deferredMaxRunningPerTenant, lease)
+        : undefined,
     );
   }
 
