@@ -91,12 +91,16 @@ export class NodeUpkeep {
   }
 
   async #beat(): Promise<void> {
+    // Fresh from when the write was sent, not from when its answer was read: an answer held up
+    // on its way back must not make an old row look new.
+    const sentAt = performance.now();
     try {
       await heartbeat(this.db, this.executor.node);
       this.#lastBeat = this.clock.now();
-      const silentMs = performance.now() - (this.#lastBeatMono ?? 0);
-      this.#lastBeatMono = performance.now();
-      if (silentMs > this.#lateMs()) {
+      const wasLate = !this.beating();
+      const silentMs = performance.now() - (this.#lastBeatMono ?? sentAt);
+      this.#lastBeatMono = sentAt;
+      if (wasLate && this.beating()) {
         this.log('warn', 'heartbeat written again after being late; claiming runs again', {
           silent_ms: Math.round(silentMs),
         });

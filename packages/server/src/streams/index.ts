@@ -7,7 +7,7 @@ import type { StreamEvent } from './codec.js';
 import { EventFeed } from './feed.js';
 import { followRun } from './follow.js';
 import type { RunStreamEvent } from './names.js';
-import { newestEvent, type EventRow } from './queries.js';
+import { pauseEndId, type EventRow } from './queries.js';
 import { EventWriter } from './writer.js';
 
 export type { StreamEvent } from './codec.js';
@@ -80,13 +80,14 @@ export class RunStreams {
 
   /**
    * The ids of a run's execution: after `run.created` for a new run; for a resumed run, after
-   * what its earlier executions stored (read once, after writing what this process holds).
+   * the event that ended its pause, stored or still to be (another process may not have
+   * written it yet: `pauseEndId`), read once after writing what this process holds.
    */
   async open(run: RunRow): Promise<RunLog> {
     if (!run.resuming) return new RunLog(this.#writer, run.id, 2);
     await this.#writer.flush().catch(() => undefined);
-    const newest = await newestEvent(this.#db, run.id).catch(() => undefined);
-    return new RunLog(this.#writer, run.id, (newest?.id ?? 1) + 1);
+    const pauseEnd = await pauseEndId(this.#db, run.id).catch(() => 1);
+    return new RunLog(this.#writer, run.id, Math.max(pauseEnd, 1) + 1);
   }
 
   /** Writes what is gathered now; rejects when the write fails. */

@@ -119,7 +119,10 @@ describeWith({ PostgreSQL: postgres })('CallbackDispatcher: restarts, leases and
         heldChanged();
       });
       expect(held).toHaveLength(batch);
-      expect(dispatcher.inFlight).toBe(batch);
+      // The batch's attempts, and perhaps some of the last batch's between their 'delivered'
+      // and their end (a slot is filled as soon as one ends): never more than the concurrency.
+      expect(dispatcher.inFlight).toBeGreaterThanOrEqual(batch);
+      expect(dispatcher.inFlight).toBeLessThanOrEqual(8);
       for (const release of held.splice(0)) release();
       delivered += batch;
       await events.reached('delivered', delivered);

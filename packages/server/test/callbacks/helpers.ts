@@ -1,7 +1,6 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import pg from 'pg';
-import { afterAll } from 'vitest';
 import { toDatabase, type Database } from '@sluice/postgres/database';
 import { ManualClock } from 'sluice/concurrency';
 import { migrate } from '../../src/store/store.js';
@@ -10,7 +9,7 @@ import {
   type CallbackDispatcherOptions,
   type DispatcherEvent,
 } from '../../src/callbacks/index.js';
-import { afterThisTest, postgres } from '../harness/index.js';
+import { afterThisFile, afterThisTest, postgres } from '../harness/index.js';
 
 export { afterThisTest, deferred, postgres } from '../harness/index.js';
 
@@ -26,15 +25,6 @@ async function admin(sql: string): Promise<void> {
   }
 }
 
-afterAll(async () => {
-  if (!shared) return;
-  const { pool, schema } = await shared;
-  // A worker may run another file after this one (vitest's isolate: false): it opens its own.
-  shared = undefined;
-  await pool.end();
-  await admin(`DROP SCHEMA ${schema} CASCADE`);
-});
-
 /**
  * This test file's schema, with the server's migrations, on a small pool whose connections
  * use it; emptied before each test that asks for it, so a dispatcher sees only the rows its
@@ -46,6 +36,15 @@ export async function openDatabase(): Promise<{ db: Database; pool: pg.Pool; sch
   shared ??= (async () => {
     const schema = `callbacks_${process.pid}_${Date.now().toString(36)}`;
     await admin(`CREATE SCHEMA ${schema}`);
+    // Closed after this file: a worker may run another file after it (vitest's isolate: false),
+    // which opens its own.
+    afterThisFile(async () => {
+      const opened = shared;
+      shared = undefined;
+      const { pool } = (await opened) ?? {};
+      await pool?.end();
+      await admin(`DROP SCHEMA ${schema} CASCADE`);
+    }, 'the callbacks schema');
     const pool = new pg.Pool({ ...postgres, max: 4, options: `-c search_path=${schema}` });
     const db = toDatabase(pool);
     await migrate(db);

@@ -1,6 +1,6 @@
 import { getEventListeners } from 'node:events';
 import { setImmediate as flush } from 'node:timers/promises';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   ConcurrencyConfigError,
   ConcurrencyLeaseLostError,
@@ -15,6 +15,10 @@ import {
   type ConcurrencyLimiter,
 } from 'sluice/concurrency';
 import { common, emitted, faulty, lineage, setup } from './slot-fixture.js';
+
+// The event types this file's own tests emit (a worker may have run slot-errors.test.ts, which
+// shares the fixture, before it).
+beforeAll(() => emitted.clear());
 
 // Every event type, checked by the compiler: a new member of ConcurrencyEventType that is not
 // listed here fails the type check.
