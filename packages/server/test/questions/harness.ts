@@ -85,7 +85,14 @@ export interface QuestionServer extends TestServer {
  * one is given. Closed after the test, or after the file when started in `beforeAll`.
  */
 export async function startQuestionServer(
-  options: { databaseUrl?: string; provider?: ProviderStandIn; asked?: StandInRequest[]; log?: ToolLog } = {},
+  options: {
+    databaseUrl?: string;
+    provider?: ProviderStandIn;
+    asked?: StandInRequest[];
+    log?: ToolLog;
+    /** false: no queue workers (a run resumed here is claimed by another server on the database). */
+    background?: boolean;
+  } = {},
 ): Promise<QuestionServer> {
   const asked = options.asked ?? [];
   const log = options.log ?? [];
@@ -103,6 +110,7 @@ export async function startQuestionServer(
     provider,
     databaseUrl: options.databaseUrl ?? (await freshDatabase()),
     agents: () => conciergeAgents(provider, log),
+    background: options.background,
   });
   return {
     ...t,
