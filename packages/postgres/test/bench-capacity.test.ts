@@ -46,7 +46,10 @@ describeWith({ PostgreSQL: postgresConfig })('npm run bench:capacity', () => {
     for (const field of fields) expect(Object.hasOwn(last, field), field).toBe(true);
     for (const name of ['slots_only', 'no_limiter', 'count_after', 'sluice', 'told']) {
       expect(typeof last[`${name}_429_per_1000`], name).toBe('number');
-      expect(last[`${name}_capacity_used`] as number, name).toBeGreaterThan(0);
+      // A share of the account's capacity; on a loaded machine a 3 s window may end before any
+      // request of a configuration finished (a CI run beside a soak saw 0), so only its range.
+      expect(last[`${name}_capacity_used`] as number, name).toBeGreaterThanOrEqual(0);
+      expect(last[`${name}_capacity_used`] as number, name).toBeLessThanOrEqual(1.5);
       expect(last[`${name}_requests`] as number, name).toBeGreaterThan(0);
     }
     expect(output).not.toContain(' not run: ');
