@@ -23,6 +23,8 @@ export interface Caps {
   deferredRunningPerTenant: number;
   /** AGENT_DEFERRED_MAX_QUEUED_PER_TENANT: deferred runs queued or scheduled per tenant. */
   deferredQueuedPerTenant: number;
+  /** SLUICE_MAX_SCHEDULED_PER_TENANT: default-class runs waiting for their time per tenant. */
+  scheduledPerTenant: number;
   /** SLUICE_MAX_CONCURRENT_PER_USER: held runs of one user at once. */
   perUser: number;
   /** The limiter's slots: the most requests the provider may see at once. */
@@ -468,6 +470,12 @@ export function capsExceeded(
       member: (c) => c.mode === 'inline' && c.status === 'running',
       group: (c) => `${c.tenant}/${c.user}`,
       cap: () => caps.perUser,
+    },
+    {
+      what: 'scheduled of tenant',
+      member: (c) => c.class === 'default' && c.status === 'scheduled',
+      group: (c) => c.tenant,
+      cap: () => caps.scheduledPerTenant,
     },
   ];
   const byRun = new Map<string, StatusChange[]>();

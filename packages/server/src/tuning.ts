@@ -35,8 +35,13 @@ export const tuning = Object.freeze({
   keepTicksMs: 7 * 24 * HOUR,
   /** How often nodes that stopped heartbeating long ago are removed from the node table. */
   pruneNodesEveryMs: 1 * HOUR,
-  /** A session idle inside a transaction this long is ended by PostgreSQL: a stuck client frees its locks. */
-  idleInTransactionMs: 1 * MINUTE,
+  /**
+   * A session idle inside a transaction is ended by PostgreSQL after two thirds of the statement
+   * timeout, this at least: a client gone silent mid-transaction (a stalled connection) frees its
+   * locks before peers waiting on them reach their own lock timeout (the statement timeout), and
+   * an event loop held up for a few seconds between two statements does not lose its transaction.
+   */
+  idleInTransactionFloorMs: 5 * SECOND,
   /** An idle socket is closed after the longest held call plus this. */
   heldSocketSlackMs: 1 * MINUTE,
   /** A server started beside its database (compose, a pod) keeps trying to reach it this long. */

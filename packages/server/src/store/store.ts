@@ -61,6 +61,16 @@ export async function openStore(options: StoreOptions): Promise<Store> {
 /** How long past its statement timeout a statement's answer may take before its connection counts as gone. */
 const STALLED_MARGIN_MS = 1000;
 
+/**
+ * How long a session may sit idle inside a transaction: less than the lock timeout (the
+ * statement timeout), so that a peer waiting on the locks of a client gone silent gets them
+ * before its own wait fails with 503 (the soak's db_stall: at one minute, a peer's admissions
+ * failed for up to a minute after the stall).
+ */
+function idleInTransactionMs(statementTimeoutMs: number): number {
+  return Math.max(tuning.idleInTransactionFloorMs, Math.round((statementTimeoutMs * 2) / 3));
+}
+
 /** How the store's connections get their timeouts: in the startup packet, or per transaction. */
 type TimeoutsAt = 'startup' | 'transaction';
 
@@ -71,7 +81,7 @@ function poolOf(url: string, options: StoreOptions, at: TimeoutsAt): { pool: pg.
     // Lock waits (the tenant admission lock above all) are bounded too: a stuck holder makes
     // callers fail with 503 instead of queueing behind it forever.
     lock_timeout: statementTimeout,
-    idle_in_transaction_session_timeout: tuning.idleInTransactionMs,
+    idle_in_transaction_session_timeout: idleInTransactionMs(statementTimeout),
   };
   const pool = new pg.Pool({
     connectionString: url,

@@ -20,6 +20,7 @@ const caps: Caps = {
   activePerProject: 2,
   deferredRunningPerTenant: 1,
   deferredQueuedPerTenant: 2,
+  scheduledPerTenant: 2,
   perUser: 1,
   providerLimit: 4,
 };
@@ -176,7 +177,7 @@ describe("the soak's checker", () => {
     expect(twice.examples.ran_twice).toEqual(['r1: started 2 times in the database']);
   });
 
-  it("counts each cap exceeded at an instant: tenant, a tenant's quota, project, deferred queued and running, thread, user", () => {
+  it("counts each cap exceeded at an instant: tenant, a tenant's quota, project, deferred queued and running, scheduled, thread, user", () => {
     const overlapping = (id: string, over: Partial<StatusChange> = {}, status = 'running') =>
       timeline(
         id,
@@ -207,6 +208,10 @@ describe("the soak's checker", () => {
       ...overlapping('e1', { tenant: 't7', user: 'u9', mode: 'inline', class: 'deferred' }),
       ...overlapping('e2', { tenant: 't8', user: 'u9', mode: 'inline', class: 'deferred' }),
       ...overlapping('e3', { tenant: 't8', user: 'u9', mode: 'inline', class: 'deferred' }),
+      // three default-class runs of t9 waiting for their time at once (cap 2)
+      ...overlapping('f1', { tenant: 't9' }, 'scheduled'),
+      ...overlapping('f2', { tenant: 't9' }, 'scheduled'),
+      ...overlapping('f3', { tenant: 't9' }, 'scheduled'),
     ];
     const verdict = check(history({ changes }), [], caps);
     expect(verdict.examples.cap_exceeded).toEqual([
@@ -217,7 +222,11 @@ describe("the soak's checker", () => {
       expect.stringMatching(/^deferred running of tenant t4: 2/),
     ]);
     // and t8's two held runs, deferred, are two running at once too
-    expect(verdict.violations.cap_exceeded).toBe(8);
+    expect(verdict.violations.cap_exceeded).toBe(9);
+    const scheduled = check(history({ changes: changes.filter((c) => c.runId.startsWith('f')) }), [], caps);
+    expect(scheduled.examples.cap_exceeded).toEqual([
+      expect.stringMatching(/^scheduled of tenant t9: 3 .* cap 2$/),
+    ]);
     const rest = check(history({ changes: changes.filter((c) => /^[de]/.test(c.runId)) }), [], caps);
     expect(rest.examples.cap_exceeded).toEqual([
       expect.stringMatching(/^deferred running of tenant t8/),
