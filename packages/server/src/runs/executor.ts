@@ -41,6 +41,7 @@ export class Executor {
   /** How one run executes (./run-execution.ts). */
   readonly #execution: RunExecution;
   #pastDeadline = false;
+  #claimsHeldBack = 0;
   #watch: ReturnType<typeof setInterval> | undefined;
   #watching = false;
   /** Hear the slot events of every run executed here (metrics); a listener that throws is ignored. */
@@ -156,15 +157,25 @@ export class Executor {
    */
   startWorkers(mayClaim: () => boolean = () => true): void {
     const lease = threadLeaseMs(this.settings);
+    const allowed = () => {
+      if (mayClaim()) return true;
+      this.#claimsHeldBack++;
+      return false;
+    };
     this.#workers.start('default', this.settings.runConcurrency, async () =>
-      mayClaim() ? claimDefaultRun(this.db, this.node, lease) : undefined,
+      allowed() ? claimDefaultRun(this.db, this.node, lease) : undefined,
     );
     // Deferred work has workers of its own: a deferred backlog never takes interactive capacity.
     this.#workers.start('deferred', this.settings.deferredConcurrency, async () =>
-      mayClaim()
+      allowed()
         ? claimDeferredRun(this.db, this.node, this.settings.deferredMaxRunningPerTenant, lease)
         : undefined,
     );
+  }
+
+  /** How many times a worker looked for work and was held back by `mayClaim`. */
+  get claimsHeldBack(): number {
+    return this.#claimsHeldBack;
   }
 
   /** Claim nothing more; the loops end after their current run. */

@@ -35,9 +35,13 @@ describeWith({ PostgreSQL: postgres })('a process whose heartbeat is late', () =
     const queued = await t.call('POST', '/agents/echo/runs', { input: 'later', wait: false });
     expect(queued.status).toBe(202);
     const id = queued.body.id as string;
-    // Room for the woken workers to claim, were they allowed (a notify wakes them at once; the
-    // poll is 500 ms); on the old code the run is running or done by then.
-    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    // The admission woke the workers; each look for work after it (the run was committed
+    // before the 202) is held back. Two such looks seen: on the old code the first claimed it.
+    const heldBefore = t.server.executor.claimsHeldBack;
+    await until(
+      () => t.server.executor.claimsHeldBack >= heldBefore + 2,
+      'workers look for work after the admission and are held back',
+    );
     const meanwhile = await holder.query<{ status: string }>('SELECT status FROM agent_runs WHERE id = $1', [
       id,
     ]);

@@ -1,9 +1,8 @@
-import pg from 'pg';
 import { beforeAll, expect, it } from 'vitest';
 import { describeWith } from '../../../../scripts/service-suites.js';
 import { MAX_ANSWER_CHARS } from '../../src/runs/answers.js';
-import { afterThisTest, postgres, until, type Body } from '../helpers.js';
-import { startQuestionServer, type QuestionServer } from './harness.js';
+import { postgres, until, type Body } from '../helpers.js';
+import { holdPauseEnds, startQuestionServer, type QuestionServer } from './harness.js';
 
 // AG-UI's resume entries as a hostile or unlucky client sends them: two answers at once, ids
 // that name object prototypes, answers past their limits, and a run cancelled before its answer.
@@ -88,25 +87,13 @@ describeWith({ PostgreSQL: postgres })('AG-UI resume entries against a hostile o
     // The executor stores a pause's last event (`run.requires_action`) just after the run row
     // says it paused. A trigger holds that write back on a lock this test holds, so the resume
     // reads the stream while the write is still to come.
-    const db = s.server.store.db;
-    await db.query(`CREATE FUNCTION held_pause_end() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN
-        IF NEW.events -> -1 ->> 0 = 'run.requires_action' THEN PERFORM pg_advisory_xact_lock_shared(7411); END IF;
-        RETURN NEW;
-      END $$`);
-    await db.query(`CREATE TRIGGER held_pause_end BEFORE INSERT ON agent_run_events
-      FOR EACH ROW EXECUTE FUNCTION held_pause_end()`);
-    afterThisTest(async () => void (await db.query('DROP FUNCTION held_pause_end() CASCADE')));
-    const holder = new pg.Client({ connectionString: s.databaseUrl });
-    await holder.connect();
-    afterThisTest(() => holder.end());
-    await holder.query('SELECT pg_advisory_lock(7411)');
+    const held = await holdPauseEnds(s.databaseUrl);
     const runId = await pausedOn('unflushed');
     const answered = post(
       resuming('unflushed', [{ interruptId: 'call_q', status: 'resolved', payload: 'Lima' }]),
     );
     await until(async () => (await s.statusOf(runId)).status !== 'requires_action', 'the run resumed');
-    await holder.query('SELECT pg_advisory_unlock(7411)');
+    await held.release();
     const winner = await answered;
     expect(winner.status).toBe(200);
     expect(winner.text).toContain('told: Lima');

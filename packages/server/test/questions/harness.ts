@@ -2,10 +2,12 @@
 // without a `question` argument (`pick`) and a tool that needs approval (`book`), on a limiter
 // of one slot; a provider stand-in that scripts the model; a server on a PostgreSQL database
 // that can outlive it (for restarts).
+import pg from 'pg';
 import { askHuman, createAgent, createConcurrencyLimiter, tool } from 'sluice';
 import type { SluiceConfig } from '@sluice/server';
 import { startProviderStandIn, type ProviderStandIn, type StandInRequest } from '@sluice/testkit';
 import {
+  afterThisTest,
   freshDatabase,
   lastUserText,
   ownStandIn,
@@ -118,4 +120,27 @@ export async function startQuestionServer(
     log,
     resume: (id, body, token) => t.call('POST', `/agents/runs/${id}/resume`, body, token),
   };
+}
+
+/**
+ * Holds back the write of every pause's last event (`run.requires_action`) on the database at
+ * `databaseUrl`, with a trigger that waits on an advisory lock this holds, until `release()`.
+ * The executor writes that event just after the row says the run paused: this is the moment
+ * between the two, made as long as a test needs. Undone after the test.
+ */
+export async function holdPauseEnds(databaseUrl: string): Promise<{ release(): Promise<void> }> {
+  const key = 7411;
+  const admin = new pg.Client({ connectionString: databaseUrl });
+  await admin.connect();
+  afterThisTest(() => admin.end());
+  await admin.query(`CREATE FUNCTION held_pause_end() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.events -> -1 ->> 0 = 'run.requires_action' THEN PERFORM pg_advisory_xact_lock_shared(${key}); END IF;
+      RETURN NEW;
+    END $$`);
+  await admin.query(`CREATE TRIGGER held_pause_end BEFORE INSERT ON agent_run_events
+    FOR EACH ROW EXECUTE FUNCTION held_pause_end()`);
+  afterThisTest(async () => void (await admin.query('DROP FUNCTION held_pause_end() CASCADE')));
+  await admin.query('SELECT pg_advisory_lock($1)', [key]);
+  return { release: async () => void (await admin.query('SELECT pg_advisory_unlock($1)', [key])) };
 }

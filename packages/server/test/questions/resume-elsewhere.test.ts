@@ -1,9 +1,8 @@
-import pg from 'pg';
 import { expect, it } from 'vitest';
 import { describeWith } from '../../../../scripts/service-suites.js';
 import { startProviderStandIn } from '@sluice/testkit';
-import { afterThisTest, freshDatabase, ownStandIn, postgres, until } from '../helpers.js';
-import { conciergeReply, startQuestionServer } from './harness.js';
+import { freshDatabase, ownStandIn, postgres, until } from '../helpers.js';
+import { conciergeReply, holdPauseEnds, startQuestionServer } from './harness.js';
 
 // A run pauses on server A; a person answers through server B, whose worker takes the resumed
 // run before A has stored the pause's last event (`run.requires_action`, written just after
@@ -16,19 +15,7 @@ describeWith({ PostgreSQL: postgres })('a run resumed on another server', () => 
     const a = await startQuestionServer({ databaseUrl, provider, background: false });
     const b = await startQuestionServer({ databaseUrl, provider });
     const db = a.server.store.db;
-    // A trigger holds back the write of a pause's last event on a lock this test holds.
-    await db.query(`CREATE FUNCTION held_pause_end() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN
-        IF NEW.events -> -1 ->> 0 = 'run.requires_action' THEN PERFORM pg_advisory_xact_lock_shared(7412); END IF;
-        RETURN NEW;
-      END $$`);
-    await db.query(`CREATE TRIGGER held_pause_end BEFORE INSERT ON agent_run_events
-      FOR EACH ROW EXECUTE FUNCTION held_pause_end()`);
-    afterThisTest(async () => void (await db.query('DROP FUNCTION held_pause_end() CASCADE')));
-    const holder = new pg.Client({ connectionString: databaseUrl });
-    await holder.connect();
-    afterThisTest(() => holder.end());
-    await holder.query('SELECT pg_advisory_lock(7412)');
+    const held = await holdPauseEnds(databaseUrl);
 
     const paused = (await a.call('POST', '/agents/concierge/runs', { input: 'ask me' })).body;
     expect(paused.status).toBe('requires_action');
@@ -41,7 +28,7 @@ describeWith({ PostgreSQL: postgres })('a run resumed on another server', () => 
       async () => (await b.statusOf(paused.id)).status === 'succeeded',
       'the resumed run ends on B',
     );
-    await holder.query('SELECT pg_advisory_unlock(7412)');
+    await held.release();
     await a.server.executor.streams.flush();
     await b.server.executor.streams.flush();
 
