@@ -193,15 +193,15 @@ export async function admitHeldNow(
  * counted when they were accepted, so no cap is asked. Returns how many moved.
  */
 export async function promoteDueDeferred(db: Database): Promise<number> {
-  const moved = await db.query<{ id: string }>(
-    `UPDATE agent_runs SET status = 'queued'
+  return (await db.query<{ id: string }>(promoteDueDeferredSql)).rows.length;
+}
+
+/** The statement of promoteDueDeferred: returns the ids moved (scheduler.ts runs it in a CTE). */
+export const promoteDueDeferredSql = `UPDATE agent_runs SET status = 'queued'
      WHERE id IN (SELECT id FROM agent_runs WHERE status = 'scheduled' AND class = 'deferred'
                     AND scheduled_for <= clock_timestamp()
                   ORDER BY scheduled_for LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)
-     RETURNING id`,
-  );
-  return moved.rows.length;
-}
+     RETURNING id`;
 
 /** Moves scheduled runs the caller chose (under the tenant's admission lock, see scheduler.ts). */
 export async function queueScheduled(tx: SqlClient, ids: string[]): Promise<void> {

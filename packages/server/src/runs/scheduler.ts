@@ -1,7 +1,7 @@
 import type { Database } from '@sluice/postgres/database';
 import { capLevels, lockTenantAdmission } from './admission-counts.js';
 import { firstFull, hasRoom } from './caps.js';
-import { BATCH, promoteDueDeferred, queueScheduled } from './lifecycle.js';
+import { BATCH, promoteDueDeferredSql, queueScheduled } from './lifecycle.js';
 import type { TenantLimits } from './policy.js';
 
 /**
@@ -16,15 +16,17 @@ export async function promoteDueRuns(
   db: Database,
   limitsFor: (tenant: string) => TenantLimits,
 ): Promise<number> {
-  let promoted = await promoteDueDeferred(db);
-  const tenants = (
-    await db.query<{ tenant: string }>(
-      `SELECT DISTINCT tenant FROM agent_runs
-       WHERE status = 'scheduled' AND class = 'default' AND scheduled_for <= clock_timestamp()
-       ORDER BY tenant LIMIT 1000`,
-    )
-  ).rows.map((r) => r.tenant);
-  for (const tenant of tenants) promoted += await promoteTenant(db, tenant, limitsFor(tenant));
+  // One round trip when nothing is due (most passes, four a second): the deferred runs move,
+  // and the tenants with due default-class runs are listed, by one statement.
+  const { rows } = await db.query<{ deferred: number; tenants: string[] }>(
+    `WITH moved AS (${promoteDueDeferredSql})
+     SELECT (SELECT count(*)::int FROM moved) AS deferred,
+            ARRAY(SELECT DISTINCT tenant FROM agent_runs
+                  WHERE status = 'scheduled' AND class = 'default' AND scheduled_for <= clock_timestamp()
+                  ORDER BY tenant LIMIT 1000) AS tenants`,
+  );
+  let promoted = rows[0]!.deferred;
+  for (const tenant of rows[0]!.tenants) promoted += await promoteTenant(db, tenant, limitsFor(tenant));
   return promoted;
 }
 

@@ -31,10 +31,28 @@ export interface WorkerLoopsOptions {
  * at once, every loop going round for every run kept the database busy with empty claims).
  * A notify for every class (a thread freed, runs promoted, the workers stopping) is rare: it
  * sends every loop that was claiming meanwhile round again (`#everyClass`).
+ *
+ * Idle loops of a class do not all poll: one of them (the class's poller) looks every
+ * `idlePollMs`, the rest every `idlePollMs * SPARE_POLL_FACTOR`, a fallback only. A notify
+ * wakes the spare loops first; when the poller leaves its sleep, another idle loop of its
+ * class takes the duty (its timer set to `idlePollMs` from then). Idle, four loops cost two
+ * claims a second instead of eight: on the embedded store each claim holds the event loop
+ * (PGlite runs on it), and those stalls were the tail of every request the process served.
  */
+/** How much longer than the poller a spare idle loop sleeps before it looks on its own. */
+export const SPARE_POLL_FACTOR = 10;
+
+interface IdleLoop {
+  runClass: RunClass;
+  /** Sets its sleep to `ms` from now (the poll duty handed to it). */
+  rearm(ms: number): void;
+}
+
 export class WorkerLoops {
-  /** Idle loops, each with the class of run it claims. */
-  readonly #idle = new Map<() => void, RunClass>();
+  /** Idle loops (their wake functions), each with the class of run it claims. */
+  readonly #idle = new Map<() => void, IdleLoop>();
+  /** The idle loop of each class that looks every idlePollMs. */
+  readonly #poller = new Map<RunClass, () => void>();
   /** Loops waiting out a database failure; woken only to stop. */
   readonly #backingOff = new Set<() => void>();
   readonly #loops: Promise<void>[] = [];
@@ -68,8 +86,11 @@ export class WorkerLoops {
    */
   notify(runClass?: RunClass, runs = 1): void {
     let left = runs;
-    for (const [wake, loopClass] of [...this.#idle]) {
-      if (runClass !== undefined && (loopClass !== runClass || left <= 0)) continue;
+    // Spare loops first: the poller keeps its rhythm while there are others to wake.
+    const pollers = new Set(this.#poller.values());
+    const idle = [...this.#idle].sort(([a], [b]) => Number(pollers.has(a)) - Number(pollers.has(b)));
+    for (const [wake, loop] of idle) {
+      if (runClass !== undefined && (loop.runClass !== runClass || left <= 0)) continue;
       left--;
       wake();
     }
@@ -77,6 +98,17 @@ export class WorkerLoops {
     else if (left > 0) {
       const kept = (this.#missed.get(runClass) ?? 0) + left;
       this.#missed.set(runClass, Math.min(kept, this.#count.get(runClass) ?? 0));
+    }
+  }
+
+  /** The poller of `runClass` left its sleep: another idle loop of the class polls from now. */
+  #handPollOn(runClass: RunClass): void {
+    this.#poller.delete(runClass);
+    for (const [wake, loop] of this.#idle) {
+      if (loop.runClass !== runClass) continue;
+      this.#poller.set(runClass, wake);
+      loop.rearm(this.#options.idlePollMs);
+      return;
     }
   }
 
@@ -132,16 +164,30 @@ export class WorkerLoops {
           ? idlePollMs
           : Math.min(idlePollMs * 2 ** failures, maxBackoffMs) * (0.5 + random() / 2);
       await new Promise<void>((resolve) => {
+        let timer: ReturnType<Clock['setTimeout']> | undefined;
         const wake = () => {
-          this.#clock.clearTimeout(timer);
+          if (timer !== undefined) this.#clock.clearTimeout(timer);
           this.#idle.delete(wake);
           this.#backingOff.delete(wake);
+          if (this.#poller.get(runClass) === wake) this.#handPollOn(runClass);
           resolve();
         };
-        const timer = this.#clock.setTimeout(wake, pause);
-        // A notify wakes a healthy loop at once; a failing one keeps its backoff.
-        if (failures === 0) this.#idle.set(wake, runClass);
-        else this.#backingOff.add(wake);
+        if (failures > 0) {
+          // A failing loop keeps its backoff, whatever notifies come.
+          this.#backingOff.add(wake);
+          timer = this.#clock.setTimeout(wake, pause);
+          return;
+        }
+        const polls = !this.#poller.has(runClass);
+        if (polls) this.#poller.set(runClass, wake);
+        timer = this.#clock.setTimeout(wake, polls ? pause : pause * SPARE_POLL_FACTOR);
+        this.#idle.set(wake, {
+          runClass,
+          rearm: (ms) => {
+            if (timer !== undefined) this.#clock.clearTimeout(timer);
+            timer = this.#clock.setTimeout(wake, ms);
+          },
+        });
       });
     }
   }

@@ -2,7 +2,7 @@ import { ManualClock, type ClockTimer } from 'sluice/concurrency';
 import { afterEach, expect, it } from 'vitest';
 import type { RunClass } from '../../src/runs/lifecycle.js';
 import type { RunRow } from '../../src/runs/store.js';
-import { WorkerLoops } from '../../src/runs/worker-loops.js';
+import { SPARE_POLL_FACTOR, WorkerLoops } from '../../src/runs/worker-loops.js';
 import { deferred, type Deferred } from '../harness/deferred.js';
 
 /**
@@ -151,15 +151,18 @@ it('one run queued while three loops claim sends one of them round again, not al
   const { loops, clock } = start([['deferred', 3, claims]]);
   expect(claims.calls).toHaveLength(3);
   loops.notify('deferred', 1);
-  // The first to find nothing claims again; the two after it go to sleep.
+  // The first to find nothing claims again; the two after it go to sleep: the first of them
+  // as the class's poller, the second as a spare.
   const first = nextMove(claims, clock);
   claims.calls[0]!.resolve(undefined);
   expect(await first).toBe('claimed');
+  const sleeps = [];
   for (const call of [claims.calls[1]!, claims.calls[2]!]) {
     const move = nextMove(claims, clock);
     call.resolve(undefined);
-    expect(await move).toBe(`slept ${IDLE_POLL_MS} ms`);
+    sleeps.push(await move);
   }
+  expect(sleeps).toEqual([`slept ${IDLE_POLL_MS} ms`, `slept ${IDLE_POLL_MS * SPARE_POLL_FACTOR} ms`]);
   expect(claims.calls).toHaveLength(4);
   expect(loops.idle).toBe(2);
 });
@@ -194,4 +197,59 @@ it('a failing claim backs off however many notifies come, and stop wakes it', as
   expect(claims.calls).toHaveLength(1);
   await stops.shift()!();
   expect(claims.calls).toHaveLength(1);
+});
+
+/** Starts `count` loops of one class and lets each claim find nothing: all idle. */
+async function allIdle(count: number) {
+  const claims = new Claims();
+  const started = start([['default', count, claims]]);
+  for (const call of [...claims.calls]) {
+    const slept = started.clock.nextSleep();
+    call.resolve(undefined);
+    await slept;
+  }
+  expect(started.loops.idle).toBe(count);
+  return { ...started, claims };
+}
+
+it('of four idle loops one polls every idlePollMs; the others wait ten times as long', async () => {
+  const { clock, claims } = await allIdle(4);
+  expect(claims.calls).toHaveLength(4);
+  // Each poll: one claim, which finds nothing, and the duty has passed to another idle loop.
+  for (let poll = 1; poll <= 9; poll++) {
+    const claimed = claims.nextClaim();
+    clock.advance(IDLE_POLL_MS);
+    await claimed;
+    expect(claims.calls).toHaveLength(4 + poll);
+    const slept = clock.nextSleep();
+    claims.calls.at(-1)!.resolve(undefined);
+    await slept;
+  }
+  // Nine polls in 4.5 s: nine claims, not the 36 of four loops each polling.
+  expect(claims.calls).toHaveLength(13);
+});
+
+it('a notify wakes a spare loop, not the poller, whose poll keeps its time', async () => {
+  const { loops, clock, claims, executed } = await allIdle(3);
+  /** Whether a loop claims before the next turn of the event loop. */
+  const claimsNow = () =>
+    Promise.race([
+      claims.nextClaim().then(() => true),
+      new Promise<boolean>((resolve) => setImmediate(() => resolve(false))),
+    ]);
+  clock.advance(IDLE_POLL_MS - 100);
+  const woken = claims.nextClaim();
+  loops.notify('default', 1);
+  await woken;
+  const slept = clock.nextSleep();
+  claims.calls.at(-1)!.resolve(row('run_1'));
+  await claims.nextClaim();
+  claims.calls.at(-1)!.resolve(undefined);
+  expect(await slept).toBe(IDLE_POLL_MS * SPARE_POLL_FACTOR);
+  expect(executed).toEqual(['run_1']);
+  // The poller was left asleep: it polls on time. (Had the notify woken it, the duty would
+  // have passed to a spare with a full idlePollMs from the notify: no claim now.)
+  const polled = claimsNow();
+  clock.advance(100);
+  expect(await polled).toBe(true);
 });
