@@ -217,8 +217,9 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
         log('warn', `callback ${event.type}`, event);
     },
   });
+  // The outbox trigger tells every process when it queued a delivery (031_callback_notify.sql).
   events.on((event) => {
-    if (event.kind === 'end') callbacks.notify();
+    if (event.kind === 'callback') callbacks.notify();
   });
   const ctx: RouteContext = {
     principals,

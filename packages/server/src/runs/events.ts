@@ -2,10 +2,11 @@ import type { Database, ListenOptions, ListenSession } from '@sluice/postgres/da
 
 /**
  * A run ended, a run is asked to stop, a thread was given back (`id` is then the thread's), an
- * API token was revoked (`id` is the token's), or a run's stream has new stored events.
+ * API token was revoked (`id` is the token's), a run's stream has new stored events, or a
+ * run's callback was queued in the outbox.
  */
-export type RunEvent = { kind: 'end' | 'cancel' | 'thread' | 'token' | 'events'; id: string };
-const kinds = new Set<string>(['end', 'cancel', 'thread', 'token', 'events']);
+export type RunEvent = { kind: 'end' | 'cancel' | 'thread' | 'token' | 'events' | 'callback'; id: string };
+const kinds = new Set<string>(['end', 'cancel', 'thread', 'token', 'events', 'callback']);
 
 const channel = 'sluice_runs';
 
@@ -13,7 +14,8 @@ const channel = 'sluice_runs';
  * One LISTEN session per process on the `sluice_runs` channel: 'end:<id>' when a run reaches a
  * final state (a trigger sends it, whatever SQL made the move) and 'cancel:<id>' when a cancel
  * is asked of a running run, 'thread:<id>' when a thread is given back, 'events:<id>' when a
- * flush wrote events of the run (src/streams/queries.ts).
+ * flush wrote events of the run (src/streams/queries.ts), 'callback:<id>' when the outbox
+ * queued a run's callback.
  * A lost session (a restarted database) is opened again with backoff, one attempt at a time;
  * meanwhile the shared polls of the waiters and the executor keep everything correct, only
  * slower.

@@ -1,8 +1,9 @@
 import { PGlite } from '@electric-sql/pglite';
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { toDatabase, type Database } from '@sluice/postgres/database';
 import { migrate } from '../../src/store/store.js';
-import { deliveries, endRun, insertRun, openDatabase, postgres } from './helpers.js';
+import { afterThisTest, deliveries, endRun, insertRun, openDatabase, postgres } from './helpers.js';
 import { describeWith } from '../../../../scripts/service-suites.js';
 
 const url = 'https://hooks.example.com/in';
@@ -71,6 +72,26 @@ describeWith({ PostgreSQL: postgres })('the callback outbox trigger', () => {
     await db.query(`UPDATE agent_runs SET status = 'running' WHERE id = $1::text`, [id]);
     await endRun(db, id, 'failed', 'worker_lost');
     expect(await countFor(db, id)).toBe(1);
+  });
+
+  it('tells every process when it queued a delivery, and only then (callback:<run id>)', async () => {
+    const { db } = await openDatabase();
+    const listener = new pg.Client({ ...postgres });
+    await listener.connect();
+    afterThisTest(() => listener.end());
+    const heard: string[] = [];
+    listener.on('notification', (n) => heard.push(n.payload ?? ''));
+    await listener.query('LISTEN sluice_runs');
+    const called = await insertRun(db, { status: 'running', callbackUrl: url });
+    const silent = await insertRun(db, { status: 'running' });
+    await endRun(db, called, 'succeeded');
+    await endRun(db, silent, 'succeeded');
+    // Written again: no second delivery, so no second notification either.
+    await endRun(db, called, 'canceled');
+    // A statement on the listening session after the commits: what they sent has arrived.
+    await listener.query('SELECT 1');
+    const ours = heard.filter((p) => p.endsWith(called) || p.endsWith(silent));
+    expect(ours).toEqual([`end:${called}`, `callback:${called}`, `end:${silent}`]);
   });
 
   it('queues a delivery for a run inserted already ended', async () => {
