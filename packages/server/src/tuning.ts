@@ -15,8 +15,14 @@ export const tuning = Object.freeze({
   persistRetryMs: 100,
   /** ...to at most this, until peers would declare the run lost. */
   maxPersistRetryMs: 2 * SECOND,
-  /** How often due scheduled runs are moved to their queues: a quarter second late at most. */
+  /** How often due scheduled runs are moved to their queues: a quarter second late at most... */
   promoteMs: 250,
+  /**
+   * ...while any run waits for its time. With none, a pass every this long: a run scheduled on
+   * this process brings the next pass forward at once, one scheduled on another is promoted by
+   * that process (or by this one this late, if that one died).
+   */
+  promoteIdleMs: 2 * SECOND,
   /**
    * A heartbeat this late (or half the stale time, when that is longer) stops this process's
    * claims and makes it not ready: short enough that a heartbeat held by a stalled connection

@@ -3,11 +3,12 @@ import { systemClock, type Clock } from 'sluice/concurrency';
 import type { Executor } from '../runs/executor.js';
 import type { TenantLimits } from '../runs/policy.js';
 import { endOrphanedRuns, expireRuns, failLostRuns } from '../runs/lifecycle.js';
-import { promoteDueRuns } from '../runs/scheduler.js';
+import { promotionPass } from '../runs/scheduler.js';
 import type { ServerSettings } from '../settings.js';
 import { tuning } from '../tuning.js';
 import { renewThreadLeases, threadLeaseMs } from '../threads/store.js';
 import { heartbeat, pruneNodes } from './nodes.js';
+import { PromotionPasses } from './promotion.js';
 
 type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: object) => void;
 
@@ -28,6 +29,7 @@ const { promoteMs: PROMOTE_MS, orphanGraceMs: ORPHAN_GRACE_MS } = tuning;
 export class NodeUpkeep {
   #timers: ReturnType<typeof setInterval>[] = [];
   #busy = new Set<string>();
+  #stopPromotion: () => void = () => undefined;
   #lastBeat: number;
   /** When the last heartbeat was written, by the monotonic clock (the app's may be a test's, jumping hours). */
   #lastBeatMono: number | undefined;
@@ -61,7 +63,22 @@ export class NodeUpkeep {
       await endOrphanedRuns(this.db, this.executor.node, this.executor.executing(), ORPHAN_GRACE_MS);
       await expireRuns(this.db, this.settings.deferredMaxWaitMs);
     });
-    every(PROMOTE_MS, 'promote', () => this.promoteNow());
+    const passes = new PromotionPasses(
+      async () => {
+        let waiting = true;
+        await this.#once('promote', async () => (waiting = (await this.#promote()).waiting));
+        return waiting;
+      },
+      systemClock,
+      PROMOTE_MS,
+      tuning.promoteIdleMs,
+    );
+    const unlisten = this.executor.onScheduled(() => passes.scheduled());
+    passes.start();
+    this.#stopPromotion = () => {
+      passes.stop();
+      unlisten();
+    };
     every(tuning.pruneNodesEveryMs, 'prune', () => pruneNodes(this.db));
     for (const { name, everyMs, job } of this.#jobs) every(everyMs, name, job);
   }
@@ -73,9 +90,14 @@ export class NodeUpkeep {
 
   /** Moves due scheduled runs to their queues now; returns how many. */
   async promoteNow(): Promise<number> {
-    const promoted = await promoteDueRuns(this.db, this.limitsFor);
-    if (promoted > 0) this.executor.notify();
+    const { promoted } = await this.#promote();
     return promoted;
+  }
+
+  async #promote(): Promise<{ promoted: number; waiting: boolean }> {
+    const pass = await promotionPass(this.db, this.limitsFor);
+    if (pass.promoted > 0) this.executor.notify();
+    return pass;
   }
 
   /**
@@ -135,5 +157,6 @@ export class NodeUpkeep {
   /** Stops the jobs. The heartbeat is stopped last by the caller: during a drain it must go on. */
   stop(): void {
     for (const timer of this.#timers.splice(0)) clearInterval(timer);
+    this.#stopPromotion();
   }
 }

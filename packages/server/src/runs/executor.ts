@@ -178,6 +178,18 @@ export class Executor {
     return this.#claimsHeldBack;
   }
 
+  readonly #scheduledListeners = new Set<() => void>();
+
+  /** Runs were written to wait for their time: the promotion passes come often again (node/upkeep.ts). */
+  scheduled(): void {
+    for (const listener of this.#scheduledListeners) listener();
+  }
+
+  onScheduled(listener: () => void): () => void {
+    this.#scheduledListeners.add(listener);
+    return () => this.#scheduledListeners.delete(listener);
+  }
+
   /** Claim nothing more; the loops end after their current run. */
   stopWorkers(): Promise<void> {
     return this.#workers.stop();

@@ -16,18 +16,32 @@ export async function promoteDueRuns(
   db: Database,
   limitsFor: (tenant: string) => TenantLimits,
 ): Promise<number> {
-  // One round trip when nothing is due (most passes, four a second): the deferred runs move,
-  // and the tenants with due default-class runs are listed, by one statement.
-  const { rows } = await db.query<{ deferred: number; tenants: string[] }>(
+  return (await promotionPass(db, limitsFor)).promoted;
+}
+
+/**
+ * promoteDueRuns, also saying whether any run still waits for its time (due or not): with
+ * none, the next pass can wait longer (node/upkeep.ts).
+ */
+export async function promotionPass(
+  db: Database,
+  limitsFor: (tenant: string) => TenantLimits,
+): Promise<{ promoted: number; waiting: boolean }> {
+  // One round trip when nothing is due (most passes): the deferred runs move, the tenants with
+  // due default-class runs are listed, and whether any run waits at all, by one statement.
+  const { rows } = await db.query<{ deferred: number; tenants: string[]; waiting: boolean }>(
     `WITH moved AS (${promoteDueDeferredSql})
      SELECT (SELECT count(*)::int FROM moved) AS deferred,
             ARRAY(SELECT DISTINCT tenant FROM agent_runs
                   WHERE status = 'scheduled' AND class = 'default' AND scheduled_for <= clock_timestamp()
-                  ORDER BY tenant LIMIT 1000) AS tenants`,
+                  ORDER BY tenant LIMIT 1000) AS tenants,
+            EXISTS (SELECT 1 FROM agent_runs WHERE status = 'scheduled') AS waiting`,
   );
-  let promoted = rows[0]!.deferred;
-  for (const tenant of rows[0]!.tenants) promoted += await promoteTenant(db, tenant, limitsFor(tenant));
-  return promoted;
+  const row = rows[0]!;
+  let promoted = row.deferred;
+  for (const tenant of row.tenants) promoted += await promoteTenant(db, tenant, limitsFor(tenant));
+  // `waiting` saw the runs this statement moved (one snapshot): the next pass sees them gone.
+  return { promoted, waiting: row.waiting };
 }
 
 /**

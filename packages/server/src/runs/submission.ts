@@ -313,6 +313,7 @@ async function admitQueued(
   deps.admissions?.admitted(newRun.class);
   deps.executor.streams.created(admission.run);
   if (newRun.schedule === undefined) deps.executor.notify(newRun.class);
+  else deps.executor.scheduled();
   return admission.run;
 }
 

@@ -1,5 +1,7 @@
 import { expect, it } from 'vitest';
+import { promotionPass } from '../../src/runs/scheduler.js';
 import { startTestServer as start, until } from '../helpers.js';
+import { limits } from '../limits/admission-fixtures.js';
 
 it('delay_seconds and run_at schedule a run, which starts when it is due', async () => {
   const { call, statusOf } = await start();
@@ -54,4 +56,15 @@ it('refuses bad schedules, naming the field', async () => {
   expect(badAt.body.error).toMatchObject({ type: 'invalid_request', field: 'run_at' });
   const badDelay = await call('POST', '/agents/echo/runs', { input: 'x', delay_seconds: -1 });
   expect(badDelay.body.error).toMatchObject({ field: 'delay_seconds' });
+});
+
+it('a promotion pass says whether any run waits for its time, due or not', async () => {
+  const { call, server } = await start();
+  const pass = () => promotionPass(server.store.db, () => limits());
+  expect(await pass()).toEqual({ promoted: 0, waiting: false });
+  const later = await call('POST', '/agents/echo/runs', { input: 'in an hour', delay_seconds: 3600 });
+  expect(later.body.status).toBe('scheduled');
+  expect(await pass()).toEqual({ promoted: 0, waiting: true });
+  await call('POST', `/agents/runs/${later.body.id}/cancel`);
+  expect(await pass()).toEqual({ promoted: 0, waiting: false });
 });
