@@ -51,7 +51,7 @@ const busyRetryMs = 100;
  *   allowPrivate: process.env.SLUICE_CALLBACK_ALLOW_PRIVATE === '1',
  * });
  * callbacks.start();
- * // after a run ends in this process: callbacks.notify();
+ * // when the outbox announces a delivery ('callback:<run id>' on sluice_runs): callbacks.notify();
  * // on shutdown: await callbacks.stop();
  */
 export class CallbackDispatcher {
@@ -86,7 +86,7 @@ export class CallbackDispatcher {
     this.#poll();
   }
 
-  /** A delivery may be due (a run with a callback_url just ended here): look now, not at the next poll. */
+  /** A delivery may be due (the outbox announced one): look now, not at the next poll. */
   notify(): void {
     this.#poll();
   }

@@ -58,9 +58,11 @@ export * from './states.js';
  * test/schema/snapshot.test.ts checks that this list names every trigger there is):
  *
  *   agent_runs_ended (005)                    live -> final: NOTIFY sluice_runs 'end:<id>', which
- *                                             wakes waiting callers and the callback dispatcher
- *   agent_runs_queue_callback (010)           live -> final, with a callback_url: one
- *                                             callback_deliveries row (one per run, ever)
+ *                                             wakes waiting callers
+ *   agent_runs_queue_callback (010, 031)      live -> final, with a callback_url: one
+ *                                             callback_deliveries row (one per run, ever), and
+ *                                             NOTIFY 'callback:<id>' when it wrote one, which
+ *                                             wakes the callback dispatchers
  *   agent_runs_queue_callback_on_insert (010) born final, with a callback_url: the same (no
  *                                             path here writes a run born final)
  *   agent_runs_thread_released (011)          live -> final, with a thread: frees the thread if

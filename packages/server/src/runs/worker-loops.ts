@@ -46,6 +46,8 @@ interface IdleLoop {
   runClass: RunClass;
   /** Sets its sleep to `ms` from now (the poll duty handed to it). */
   rearm(ms: number): void;
+  /** Wakes it as its poll would: a poll found work, this one looks for more. */
+  chain(): void;
 }
 
 export class WorkerLoops {
@@ -112,6 +114,18 @@ export class WorkerLoops {
     }
   }
 
+  /** Wakes one idle loop of the class as a poll would (a spare before the poller), if one is idle. */
+  #chainOne(runClass: RunClass): void {
+    const poller = this.#poller.get(runClass);
+    let chosen: IdleLoop | undefined;
+    for (const [wake, loop] of this.#idle) {
+      if (loop.runClass !== runClass) continue;
+      chosen = loop;
+      if (wake !== poller) break;
+    }
+    chosen?.chain();
+  }
+
   /** Takes one missed run of the class, if there is one. */
   #takeMissed(runClass: RunClass): boolean {
     const missed = this.#missed.get(runClass) ?? 0;
@@ -139,6 +153,8 @@ export class WorkerLoops {
     const { idlePollMs, maxBackoffMs } = this.#options;
     const random = this.#options.random ?? Math.random;
     let failures = 0;
+    // Woken by a poll (its own, or a chain from one), not by a notify.
+    let polled = false;
     while (this.#claiming) {
       const everyClass = this.#everyClass;
       let run: RunRow | undefined;
@@ -152,6 +168,11 @@ export class WorkerLoops {
           this.#options.log?.('warn', 'claiming a queued run failed', { error: String(error) });
       }
       if (run) {
+        // Found by a poll: queued where no notify reached this process (a peer admitted or
+        // promoted it), maybe with more behind it. One more idle loop looks at once, and so
+        // on while looks find runs: a burst is taken in one round, not one run a poll.
+        if (polled) this.#chainOne(runClass);
+        polled = false;
         await this.#options.execute(run).catch(() => undefined);
         continue;
       }
@@ -163,8 +184,13 @@ export class WorkerLoops {
         failures === 0
           ? idlePollMs
           : Math.min(idlePollMs * 2 ** failures, maxBackoffMs) * (0.5 + random() / 2);
+      polled = false;
       await new Promise<void>((resolve) => {
         let timer: ReturnType<Clock['setTimeout']> | undefined;
+        const poll = () => {
+          polled = true;
+          wake();
+        };
         const wake = () => {
           if (timer !== undefined) this.#clock.clearTimeout(timer);
           this.#idle.delete(wake);
@@ -180,13 +206,14 @@ export class WorkerLoops {
         }
         const polls = !this.#poller.has(runClass);
         if (polls) this.#poller.set(runClass, wake);
-        timer = this.#clock.setTimeout(wake, polls ? pause : pause * SPARE_POLL_FACTOR);
+        timer = this.#clock.setTimeout(poll, polls ? pause : pause * SPARE_POLL_FACTOR);
         this.#idle.set(wake, {
           runClass,
           rearm: (ms) => {
             if (timer !== undefined) this.#clock.clearTimeout(timer);
-            timer = this.#clock.setTimeout(wake, ms);
+            timer = this.#clock.setTimeout(poll, ms);
           },
+          chain: poll,
         });
       });
     }

@@ -62,10 +62,13 @@ export async function openStore(options: StoreOptions): Promise<Store> {
 const STALLED_MARGIN_MS = 1000;
 
 /**
- * How long a session may sit idle inside a transaction: less than the lock timeout (the
+ * How long a session may sit idle inside a transaction: two thirds of the lock timeout (the
  * statement timeout), so that a peer waiting on the locks of a client gone silent gets them
  * before its own wait fails with 503 (the soak's db_stall: at one minute, a peer's admissions
- * failed for up to a minute after the stall).
+ * failed for up to a minute after the stall). Never under tuning.idleInTransactionFloorMs, so
+ * that an event loop held up between two statements does not lose its transaction: with a
+ * statement timeout of 5 s or less that floor is not below the lock timeout, and a peer
+ * waiting on a silent client's lock is answered 503 before the lock is freed.
  */
 function idleInTransactionMs(statementTimeoutMs: number): number {
   return Math.max(tuning.idleInTransactionFloorMs, Math.round((statementTimeoutMs * 2) / 3));

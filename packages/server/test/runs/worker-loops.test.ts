@@ -253,3 +253,37 @@ it('a notify wakes a spare loop, not the poller, whose poll keeps its time', asy
   clock.advance(100);
   expect(await polled).toBe(true);
 });
+
+it('runs queued where no notify reaches (a peer admitted them) are taken in one poll, one loop chaining the next', async () => {
+  const clock = new ManualClock();
+  const queue: string[] = [];
+  const claimedAt: number[] = [];
+  const t0 = clock.now();
+  const loops = new WorkerLoops({
+    // Runs that take long: a loop that took one stays busy for the whole test.
+    execute: () => new Promise(() => undefined),
+    clock,
+    idlePollMs: IDLE_POLL_MS,
+    maxBackoffMs: 10_000,
+  });
+  stops.push(async () => {
+    // Busy loops never end here; stop only the idle ones' timers.
+    void loops.stop();
+  });
+  const turns = async () => {
+    for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve));
+  };
+  loops.start('default', 5, async () => {
+    const id = queue.shift();
+    if (id) claimedAt.push(clock.now() - t0);
+    return id ? row(id) : undefined;
+  });
+  await turns();
+  expect(loops.idle).toBe(5);
+  queue.push('r1', 'r2', 'r3', 'r4');
+  clock.advance(IDLE_POLL_MS);
+  await turns();
+  // All four at the first poll (one loop a poll would take 2 s), and one loop left idle.
+  expect(claimedAt).toEqual([IDLE_POLL_MS, IDLE_POLL_MS, IDLE_POLL_MS, IDLE_POLL_MS]);
+  expect(loops.idle).toBe(1);
+});

@@ -200,6 +200,9 @@ BEGIN
   INSERT INTO callback_deliveries (id, run_id, tenant, url)
   VALUES ('msg_' || replace(gen_random_uuid()::text, '-', ''), NEW.id, NEW.tenant, NEW.callback_url)
   ON CONFLICT (run_id) DO NOTHING;
+  IF FOUND THEN
+    PERFORM pg_notify('sluice_runs', 'callback:' || NEW.id);
+  END IF;
   RETURN NULL;
 END
 $$;
