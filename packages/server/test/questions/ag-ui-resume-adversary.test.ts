@@ -87,7 +87,7 @@ describeWith({ PostgreSQL: postgres })('AG-UI resume entries against a hostile o
     // The executor stores a pause's last event (`run.requires_action`) just after the run row
     // says it paused. A trigger holds that write back on a lock this test holds, so the resume
     // reads the stream while the write is still to come.
-    const held = await holdPauseEnds(s.databaseUrl);
+    const held = await holdPauseEnds(s.databaseUrl!);
     const runId = await pausedOn('unflushed');
     const answered = post(
       resuming('unflushed', [{ interruptId: 'call_q', status: 'resolved', payload: 'Lima' }]),
