@@ -8,7 +8,8 @@ import {
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyHttpOptions, FastifyInstance, FastifyReply } from 'fastify';
-import { HttpError, badRequest, frameworkError, notFound, shown } from './errors.js';
+import { frameworkError } from './error-handling.js';
+import { HttpError, badRequest, notFound, shown } from './errors.js';
 import { onRequestCheck } from './hooks.js';
 
 /**

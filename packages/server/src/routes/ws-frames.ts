@@ -1,6 +1,7 @@
 import { Ajv, type ValidateFunction } from 'ajv';
 import type { FastifyError, FastifyRequest } from 'fastify';
-import { HttpError, badRequest, frameworkError } from '../http/errors.js';
+import { frameworkError } from '../http/error-handling.js';
+import { HttpError, badRequest } from '../http/errors.js';
 import { createRunBody } from '../http/schemas.js';
 import type { OnBusy } from '../threads/hold.js';
 import type { ClientConfig } from '../runs/run-config.js';
