@@ -4,6 +4,7 @@ import { lockThread, threadHeld, threadLeaseMs as leaseFor } from '../threads/st
 import { hasRoom, highestFitting } from './caps.js';
 import { claimByTurn, currentTurn } from './claim-turns.js';
 import { startRun } from './lifecycle.js';
+import type { RunClass } from './states.js';
 import type { RunRow } from './store.js';
 
 /** The thread lease a claim takes when its caller names none: the settings' default. */
@@ -19,6 +20,21 @@ const defaultThreadLeaseMs = leaseFor(settingDefaults);
  * turns): `seq`, compared as the number it is. (Selected as text for the thread lock, it must
  * not be what the query sorts by: '10' sorts before '2'.)
  */
+
+/**
+ * Whether any run of `runClass` is queued, by the class's partial queue index (the class is
+ * spelled in the statement so that the planner can use it): an idle worker's poll asks this
+ * one statement before it opens a claim's transaction.
+ */
+export async function anyQueued(db: Database, runClass: RunClass): Promise<boolean> {
+  const { rows } = await db.query<{ any: boolean }>(anyQueuedSql[runClass]);
+  return rows[0]!.any;
+}
+
+const anyQueuedSql: Readonly<Record<RunClass, string>> = {
+  default: `SELECT EXISTS (SELECT 1 FROM agent_runs WHERE status = 'queued' AND class = 'default') AS any`,
+  deferred: `SELECT EXISTS (SELECT 1 FROM agent_runs WHERE status = 'queued' AND class = 'deferred') AS any`,
+};
 
 /** A queued run that may go now as far as its thread is concerned (none, or free for it). */
 const threadAllows = `(r.thread_id IS NULL OR (NOT (r.thread_id = ANY($1::text[]))

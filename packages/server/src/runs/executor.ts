@@ -9,7 +9,7 @@ import { tuning } from '../tuning.js';
 import type { RunClass } from './lifecycle.js';
 import type { RunEvents } from './events.js';
 import { threadLeaseMs } from '../threads/store.js';
-import { claimDefaultRun, claimDeferredRun } from './claims.js';
+import { anyQueued, claimDefaultRun, claimDeferredRun } from './claims.js';
 import { RunExecution, StopSignal, type RunListener, type StopReason } from './run-execution.js';
 import { runsToStop, type RunRow } from './store.js';
 import type { RunWaiters } from './waiters.js';
@@ -91,6 +91,7 @@ export class Executor {
       clock: systemClock,
       idlePollMs: IDLE_POLL_MS,
       maxBackoffMs: MAX_BACKOFF_MS,
+      anyQueued: (runClass) => anyQueued(this.db, runClass),
     });
     events.on((event) => {
       if (event.kind === 'cancel') this.stop(event.id, 'cancel');

@@ -16,6 +16,12 @@ export interface WorkerLoopsOptions {
   maxBackoffMs: number;
   /** Backoff jitter in [0, 1): default Math.random. */
   random?: () => number;
+  /**
+   * Whether any run of the class is queued at all: one short statement a loop woken by its own
+   * poll asks before its claim (a transaction of several), so that an idle process's polls are
+   * one statement each. A notified or chained loop claims at once. Default: always yes.
+   */
+  anyQueued?: (runClass: RunClass) => Promise<boolean>;
 }
 
 /**
@@ -155,11 +161,16 @@ export class WorkerLoops {
     let failures = 0;
     // Woken by a poll (its own, or a chain from one), not by a notify.
     let polled = false;
+    // Woken by its own poll's timer: nothing told it of work.
+    let timedOut = false;
+    const anyQueued = this.#options.anyQueued;
     while (this.#claiming) {
       const everyClass = this.#everyClass;
       let run: RunRow | undefined;
       try {
-        run = await claim();
+        const look = timedOut && anyQueued !== undefined ? await anyQueued(runClass) : true;
+        timedOut = false;
+        run = look ? await claim() : undefined;
         failures = 0;
       } catch (error) {
         // The database is away: back off (with jitter, so a hundred loops do not knock on a
@@ -206,12 +217,16 @@ export class WorkerLoops {
         }
         const polls = !this.#poller.has(runClass);
         if (polls) this.#poller.set(runClass, wake);
-        timer = this.#clock.setTimeout(poll, polls ? pause : pause * SPARE_POLL_FACTOR);
+        const pollTimedOut = () => {
+          timedOut = true;
+          poll();
+        };
+        timer = this.#clock.setTimeout(pollTimedOut, polls ? pause : pause * SPARE_POLL_FACTOR);
         this.#idle.set(wake, {
           runClass,
           rearm: (ms) => {
             if (timer !== undefined) this.#clock.clearTimeout(timer);
-            timer = this.#clock.setTimeout(poll, ms);
+            timer = this.#clock.setTimeout(pollTimedOut, ms);
           },
           chain: poll,
         });

@@ -287,3 +287,67 @@ it('runs queued where no notify reaches (a peer admitted them) are taken in one 
   expect(claimedAt).toEqual([IDLE_POLL_MS, IDLE_POLL_MS, IDLE_POLL_MS, IDLE_POLL_MS]);
   expect(loops.idle).toBe(1);
 });
+
+it('a loop woken by its own poll asks whether any run is queued before it claims; a notified loop claims at once', async () => {
+  const clock = new WatchedClock();
+  const claims = new Claims();
+  const asked: RunClass[] = [];
+  let answer: boolean | Error = false;
+  const loops = new WorkerLoops({
+    execute: async () => undefined,
+    clock,
+    idlePollMs: IDLE_POLL_MS,
+    maxBackoffMs: 10_000,
+    random: () => 0.5,
+    anyQueued: async (runClass) => {
+      asked.push(runClass);
+      if (answer instanceof Error) throw answer;
+      return answer;
+    },
+  });
+  stops.push(async () => {
+    const stopped = loops.stop();
+    for (const call of claims.calls) call.resolve(undefined);
+    await stopped;
+  });
+  loops.start('deferred', 1, claims.claim);
+  // Its first claim, at start, asks nothing first.
+  expect(claims.calls).toHaveLength(1);
+  let slept = clock.nextSleep();
+  claims.calls[0]!.resolve(undefined);
+  expect(await slept).toBe(IDLE_POLL_MS);
+
+  // Its poll: nothing queued, so no claim's transaction, and back to sleep.
+  slept = clock.nextSleep();
+  clock.advance(IDLE_POLL_MS);
+  expect(await slept).toBe(IDLE_POLL_MS);
+  expect(asked).toEqual(['deferred']);
+  expect(claims.calls).toHaveLength(1);
+
+  // The next poll finds a run queued (by a peer, say): it claims.
+  answer = true;
+  let claimed = claims.nextClaim();
+  clock.advance(IDLE_POLL_MS);
+  await claimed;
+  expect(asked).toEqual(['deferred', 'deferred']);
+  slept = clock.nextSleep();
+  claims.calls[1]!.resolve(undefined);
+  await slept;
+
+  // A notify means a run was queued here: the loop claims without asking.
+  answer = false;
+  claimed = claims.nextClaim();
+  loops.notify('deferred', 1);
+  await claimed;
+  expect(asked).toHaveLength(2);
+  slept = clock.nextSleep();
+  claims.calls[2]!.resolve(undefined);
+  await slept;
+
+  // A question that fails is a failed claim: the loop backs off (1,000 ms with its jitter at 0.5).
+  answer = new Error('the database is away');
+  slept = clock.nextSleep();
+  clock.advance(IDLE_POLL_MS);
+  expect(await slept).toBe(750);
+  expect(claims.calls).toHaveLength(3);
+});
