@@ -3,7 +3,7 @@ import { settingDefaults } from '../settings.js';
 import { lockThread, threadHeld, threadLeaseMs as leaseFor } from '../threads/store.js';
 import { hasRoom, highestFitting } from './caps.js';
 import { claimByTurn, currentTurn } from './claim-turns.js';
-import { startRun } from './lifecycle.js';
+import { deferredLock, startFirstDeferred, startRun } from './lifecycle.js';
 import type { RunClass } from './states.js';
 import type { RunRow } from './store.js';
 
@@ -101,8 +101,24 @@ export async function claimDefaultRun(
   });
 }
 
-/** The tenant's lock for deferred claims, taken in the statement that picks the candidate. */
-const deferredLock = (tenant: string) => `hashtext('sluice:deferred:' || ${tenant})`;
+/**
+ * The oldest queued deferred run a claim may take ($1: threads busy, $2: tenants found full),
+ * locked (SKIP LOCKED). Capped, a tenant whose running count (`admission_counters`) is past $3,
+ * the highest at which one more fits, is left out.
+ */
+const deferredCandidate = (capped: boolean) => `
+  SELECT id, tenant, thread_id FROM agent_runs r
+  WHERE status = 'queued' AND class = 'deferred' AND NOT (tenant = ANY($2::text[]))
+    ${
+      capped
+        ? `AND NOT EXISTS (SELECT 1 FROM admission_counters c
+                           WHERE c.tenant = r.tenant AND c.project = '' AND c.deferred_running > $3::int)`
+        : ''
+    }
+    AND ${threadAllows}
+  ORDER BY r.seq FOR UPDATE SKIP LOCKED LIMIT 1`;
+const cappedCandidate = deferredCandidate(true);
+const uncappedCandidate = deferredCandidate(false);
 
 /**
  * Takes the oldest queued deferred run of a tenant under its running cap, in four round trips
@@ -117,6 +133,10 @@ const deferredLock = (tenant: string) => `hashtext('sluice:deferred:' || ${tenan
  *   committed by then, so workers on any process never run more than the cap for one tenant.
  * A candidate of a thread takes the count, then its thread, then the start (claims.ts `start`).
  * A tenant found full is left out of the next try; a busy thread too.
+ *
+ * Each try first goes the short way (lifecycle.ts `startFirstDeferred`, one statement): a run without a thread
+ * whose tenant has room is started there. The transaction is for a candidate of a thread and
+ * for a tenant that filled up between the pick and the lock.
  */
 export async function claimDeferredRun(
   db: Database,
@@ -130,6 +150,14 @@ export async function claimDeferredRun(
   const atCap: string[] = [];
   const busyThreads: string[] = [];
   for (;;) {
+    const quick = await startFirstDeferred(
+      db,
+      capped ? cappedCandidate : uncappedCandidate,
+      capped ? [busyThreads, atCap, highest] : [busyThreads, atCap],
+      worker,
+    );
+    if (quick === undefined) return undefined;
+    if (quick.run !== undefined) return quick.run;
     const claimed = await db.transaction(async (tx) => {
       const candidate = (
         await tx.query<Candidate>(

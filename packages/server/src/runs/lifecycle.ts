@@ -21,7 +21,7 @@ export * from './states.js';
  *   admission ──insertRuns, admitDecided, admitHeldNow──▶ scheduled | queued | running
  *             (bornStatus; all write through sluice_insert_runs, sql/016_admission_fast_path.sql)
  *
- *   scheduled ──promoteDueDeferred, queueScheduled──▶ queued ──startRun──▶ running
+ *   scheduled ──promoteDueDeferred, queueScheduled──▶ queued ──startRun, startFirstDeferred──▶ running
  *   running ──finishRun──▶ succeeded | failed (agent_error, timeout, max_duration_exceeded) | canceled
  *   running ──pauseRun──▶ requires_action ──resumeRun──▶ queued  (keeps its place and its thread)
  *   requires_action ──recordDecisions──▶ requires_action  (the next stage: approvals, then questions)
@@ -39,7 +39,8 @@ export * from './states.js';
  *   promoteDueDeferred, queueScheduled
  *                     node upkeep (runs/scheduler.ts promoteDueRuns): deferred runs at once, a
  *                     default-class one only while its tenant and project have room (caps.ts)
- *   startRun          a queue worker's claim (runs/claims.ts); a deferred run only while its
+ *   startRun, startFirstDeferred
+ *                     a queue worker's claim (runs/claims.ts); a deferred run only while its
  *                     tenant has room under the deferred running cap (caps.ts)
  *   finishRun, pauseRun
  *                     the executor on the process running it (runs/run-execution.ts #persist);
@@ -239,6 +240,55 @@ export async function startRun(
       room === undefined ? [worker, id] : [worker, id, room.tenant, room.highest],
     )
   ).rows[0];
+}
+
+/** A tenant's lock for deferred claims (SQL of the tenant's expression), held to the end of the transaction. */
+export const deferredLock = (tenant: string) => `hashtext('sluice:deferred:' || ${tenant})`;
+
+/**
+ * startRun for a deferred claim in one statement, outside any transaction: `candidate` picks
+ * and locks a queued run (its parameters from $1; capped, $3 is the highest running count at
+ * which one more fits), the tenant's deferred lock is taken (the one a claim's transaction
+ * takes), and a run without a thread starts when its tenant's counters row, locked here, has
+ * room. Under READ COMMITTED a row lock that waited re-reads the row it got, so a claim of the
+ * tenant that started a run and committed meanwhile is counted: the cap holds across workers
+ * and processes. The start's own trigger (015, 032) counts the run. Undefined when there is no
+ * candidate; `run` undefined when the candidate was left queued (a thread's run, or a tenant
+ * filled meanwhile or without a counters row): the caller's transaction decides those.
+ */
+export async function startFirstDeferred(
+  db: SqlClient,
+  candidate: string,
+  params: unknown[],
+  worker: string,
+): Promise<{ candidate: string; run: RunRow | undefined } | undefined> {
+  const capped = params.length === 3;
+  const workerParam = `$${params.length + 1}`;
+  const row = (
+    await db.query<RunRow & { candidate_id: string }>(
+      `WITH candidate AS MATERIALIZED (${candidate}),
+       picked AS MATERIALIZED (
+         SELECT id, tenant, thread_id,
+                pg_advisory_xact_lock(${deferredLock('tenant')}) IS NULL AS locked
+         FROM candidate),
+       room AS MATERIALIZED (${
+         capped
+           ? `SELECT c.tenant FROM admission_counters c JOIN picked p ON c.tenant = p.tenant
+              WHERE c.project = '' AND p.thread_id IS NULL AND c.deferred_running <= $3::int
+              FOR UPDATE OF c`
+           : `SELECT tenant FROM picked WHERE thread_id IS NULL`
+       }),
+       started AS (
+         UPDATE agent_runs SET status = 'running', worker = ${workerParam}::text, started_at = clock_timestamp()
+         WHERE id = (SELECT id FROM picked) AND EXISTS (SELECT 1 FROM room)
+         RETURNING ${full})
+       SELECT p.id AS candidate_id, s.* FROM picked p LEFT JOIN started s ON true`,
+      [...params, worker],
+    )
+  ).rows[0];
+  if (row === undefined) return undefined;
+  const { candidate_id, ...run } = row;
+  return { candidate: candidate_id, run: run.id === null ? undefined : run };
 }
 
 /**

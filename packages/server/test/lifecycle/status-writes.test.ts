@@ -85,6 +85,7 @@ describe('status writes', () => {
         'promoteDueDeferred',
         'queueScheduled',
         'startRun',
+        'startFirstDeferred',
         'expireRuns',
         'finishRun',
         'pauseRun',

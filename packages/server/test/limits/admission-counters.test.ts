@@ -2,7 +2,7 @@ import type { Database } from '@sluice/postgres/database';
 import { expect, it } from 'vitest';
 import { ManualClock } from 'sluice/concurrency';
 import { admitRun, RECONCILE_EVERY_MS, type Admission } from '../../src/runs/admission.js';
-import { claimDefaultRun } from '../../src/runs/claims.js';
+import { claimDefaultRun, claimDeferredRun } from '../../src/runs/claims.js';
 import {
   admitDecided,
   cancelNotStarted,
@@ -22,15 +22,17 @@ import { describeWith } from '../../../../scripts/service-suites.js';
 async function expectExact(db: Database, tenant: string) {
   const [counters, truth] = await Promise.all([
     db.query(
-      `SELECT project, default_active, default_scheduled, deferred_waiting FROM admission_counters
-       WHERE tenant = $1::text AND (default_active, default_scheduled, deferred_waiting) <> (0, 0, 0) ORDER BY project`,
+      `SELECT project, default_active, default_scheduled, deferred_waiting, deferred_running FROM admission_counters
+       WHERE tenant = $1::text AND (default_active, default_scheduled, deferred_waiting, deferred_running) <> (0, 0, 0, 0)
+       ORDER BY project`,
       [tenant],
     ),
     db.query(
       `SELECT k.project,
               count(*) FILTER (WHERE class = 'default' AND status IN ('queued', 'running'))::int AS default_active,
               count(*) FILTER (WHERE class = 'default' AND status = 'scheduled')::int AS default_scheduled,
-              count(*) FILTER (WHERE class = 'deferred' AND status IN ('queued', 'scheduled'))::int AS deferred_waiting
+              count(*) FILTER (WHERE class = 'deferred' AND status IN ('queued', 'scheduled'))::int AS deferred_waiting,
+              count(*) FILTER (WHERE class = 'deferred' AND status = 'running')::int AS deferred_running
        FROM agent_runs r, LATERAL (VALUES (''), (r.project)) AS k(project)
        WHERE tenant = $1::text AND status IN ('scheduled', 'queued', 'running') GROUP BY k.project ORDER BY k.project`,
       [tenant],
@@ -54,6 +56,7 @@ describeWith({ PostgreSQL: postgres })('admission counters on PostgreSQL', () =>
     const queued = await Promise.all(Array.from({ length: 6 }, (_, i) => admit(run(), i % 2 ? 'p' : 'q')));
     const inline = await admit(run({ mode: 'inline', worker: 'w2' }));
     await admit(run({ class: 'deferred' }));
+    await admit(run({ class: 'deferred' }));
     const deferredLater = await admit(run({ class: 'deferred', schedule: { delayMs: 3_600_000 } }));
     await admit(run({ schedule: { delayMs: 0 } }), 'q');
     await admit(run({ schedule: { delayMs: 3_600_000 } }));
@@ -66,6 +69,15 @@ describeWith({ PostgreSQL: postgres })('admission counters on PostgreSQL', () =>
     const rest = queued.filter((id) => id !== claimed!.id);
     await expectExact(db, t);
     await finishRun(db, claimed!.id, 'w1', { status: 'succeeded', output: 'ok' });
+    await expectExact(db, t);
+    // A deferred run claimed (queued to running: it leaves the waiting count for the running
+    // one), then finished.
+    const deferredClaimed = await claimDeferredRun(db, 'w1', 2);
+    expect(deferredClaimed?.class).toBe('deferred');
+    expect(await expectExact(db, t)).toContainEqual(
+      expect.objectContaining({ project: '', deferred_running: 1 }),
+    );
+    await finishRun(db, deferredClaimed!.id, 'w1', { status: 'succeeded', output: 'ok' });
     await expectExact(db, t);
     // Canceled while queued, and while scheduled.
     await cancelNotStarted(db, t, rest[0]!);
