@@ -31,6 +31,8 @@ export class EventWriter {
   #pending = 0;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #chain: Promise<void> = Promise.resolve();
+  /** The runs whose rows the write under way holds, if one is. */
+  #writing: ReadonlySet<string> | undefined;
   #failures = 0;
   readonly #written = new Set<(runIds: readonly string[]) => void>();
 
@@ -71,11 +73,12 @@ export class EventWriter {
 
   /**
    * Takes the run's events not written yet out of the batch, for a caller that writes them in
-   * its own statement (the run's end: runs/lifecycle.ts finishRun). Waits first for a flush
-   * under way, so every earlier event of the run is either written or back among the pending.
+   * its own statement (the run's end: runs/lifecycle.ts finishRun). While a write under way
+   * holds rows of this run, waits for it first, so every earlier event of the run is either
+   * written or back among the pending; a write of other runs' rows only is not waited for.
    */
   async take(runId: string): Promise<EventRow[]> {
-    await this.#chain;
+    while (this.#writing?.has(runId)) await this.#chain;
     const taken = this.#rows.filter((row) => row.run_id === runId);
     if (taken.length === 0) return [];
     this.#rows = this.#rows.filter((row) => row.run_id !== runId);
@@ -123,6 +126,8 @@ export class EventWriter {
     this.#open.clear();
     const count = this.#pending;
     this.#pending = 0;
+    const runIds = new Set(rows.map((r) => r.run_id));
+    this.#writing = runIds;
     try {
       await insertEvents(this.#db, rows);
       this.#failures = 0;
@@ -134,9 +139,11 @@ export class EventWriter {
       this.#pending += count;
       this.#timer ??= setTimeout(() => void this.flush().catch(() => undefined), this.#delay());
       throw error;
+    } finally {
+      this.#writing = undefined;
     }
-    const runIds = [...new Set(rows.map((r) => r.run_id))];
-    for (const listener of this.#written) listener(runIds);
+    const written = [...runIds];
+    for (const listener of this.#written) listener(written);
   }
 
   /** The next flush's wait: `flushMs`, backing off to 5 s while writes fail. */
