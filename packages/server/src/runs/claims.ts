@@ -101,6 +101,16 @@ export async function claimDefaultRun(
   });
 }
 
+/** Locks the counters rows of a run's tenant and project, tenant first (as the trigger does). */
+async function lockCounters(tx: SqlClient, runId: string): Promise<void> {
+  await tx.query(
+    `SELECT 1 FROM admission_counters c, agent_runs r
+     WHERE r.id = $1::text AND c.tenant = r.tenant AND c.project IN ('', r.project)
+     ORDER BY c.project FOR UPDATE OF c`,
+    [runId],
+  );
+}
+
 /**
  * The oldest queued deferred run a claim may take ($1: threads busy, $2: tenants found full),
  * locked (SKIP LOCKED). Capped, a tenant whose running count (`admission_counters`) is past $3,
@@ -121,8 +131,8 @@ const cappedCandidate = deferredCandidate(true);
 const uncappedCandidate = deferredCandidate(false);
 
 /**
- * Takes the oldest queued deferred run of a tenant under its running cap, in four round trips
- * (BEGIN, pick, start, COMMIT) for a run without a thread:
+ * Takes the oldest queued deferred run of a tenant under its running cap. The transaction
+ * below (BEGIN, pick, start, COMMIT for a run without a thread) goes like this:
  * - the pick leaves out tenants at their cap (counted in the same statement), so however many
  *   of them have older runs, a tenant with room is reached; it locks the candidate's row
  *   (SKIP LOCKED keeps workers of every process apart) and then takes the tenant's advisory
@@ -179,6 +189,9 @@ export async function claimDeferredRun(
         )
       ).rows[0];
       if (!candidate) return undefined;
+      // A run of a thread: the tenant's counters rows before its thread, the order in which a
+      // deferred run's end takes them (its counts change, then its thread is let go).
+      if (candidate.thread_id !== null) await lockCounters(tx, candidate.id);
       if (!capped) return start(tx, candidate, worker, threadLeaseMs);
       if (candidate.thread_id === null) {
         const room = { tenant: candidate.tenant, highest: highest! };

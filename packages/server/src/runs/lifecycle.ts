@@ -252,21 +252,23 @@ export const deferredLock = (tenant: string) => `hashtext('sluice:deferred:' || 
  * takes), and a run without a thread starts when its tenant's counters row, locked here, has
  * room. Under READ COMMITTED a row lock that waited re-reads the row it got, so a claim of the
  * tenant that started a run and committed meanwhile is counted: the cap holds across workers
- * and processes. The start's own trigger (015, 032) counts the run. Undefined when there is no
- * candidate; `run` undefined when the candidate was left queued (a thread's run, or a tenant
- * filled meanwhile or without a counters row): the caller's transaction decides those.
+ * and processes. The start's own trigger (015, 032) counts the run. That re-read is READ
+ * COMMITTED's: a session whose default isolation is stricter picks nothing here. Undefined when
+ * there is no candidate; `run` undefined when the caller's transaction must decide (a thread's
+ * run, a tenant filled meanwhile or without a counters row, a session not READ COMMITTED).
  */
 export async function startFirstDeferred(
   db: SqlClient,
   candidate: string,
   params: unknown[],
   worker: string,
-): Promise<{ candidate: string; run: RunRow | undefined } | undefined> {
+): Promise<{ run: RunRow | undefined } | undefined> {
   const capped = params.length === 3;
   const workerParam = `$${params.length + 1}`;
   const row = (
-    await db.query<RunRow & { candidate_id: string }>(
-      `WITH candidate AS MATERIALIZED (${candidate}),
+    await db.query<RunRow & { isolation: string; candidate_id: string | null }>(
+      `WITH candidate AS MATERIALIZED (
+         SELECT * FROM (${candidate}) c WHERE current_setting('transaction_isolation') = 'read committed'),
        picked AS MATERIALIZED (
          SELECT id, tenant, thread_id,
                 pg_advisory_xact_lock(${deferredLock('tenant')}) IS NULL AS locked
@@ -282,13 +284,15 @@ export async function startFirstDeferred(
          UPDATE agent_runs SET status = 'running', worker = ${workerParam}::text, started_at = clock_timestamp()
          WHERE id = (SELECT id FROM picked) AND EXISTS (SELECT 1 FROM room)
          RETURNING ${full})
-       SELECT p.id AS candidate_id, s.* FROM picked p LEFT JOIN started s ON true`,
+       SELECT current_setting('transaction_isolation') AS isolation, p.id AS candidate_id, s.*
+       FROM (SELECT 1) one LEFT JOIN picked p ON true LEFT JOIN started s ON true`,
       [...params, worker],
     )
-  ).rows[0];
-  if (row === undefined) return undefined;
-  const { candidate_id, ...run } = row;
-  return { candidate: candidate_id, run: run.id === null ? undefined : run };
+  ).rows[0]!;
+  const { isolation, candidate_id, ...run } = row;
+  if (isolation !== 'read committed') return { run: undefined };
+  if (candidate_id === null) return undefined;
+  return { run: run.id === null ? undefined : run };
 }
 
 /**

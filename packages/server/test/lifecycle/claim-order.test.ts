@@ -1,8 +1,10 @@
-import type { Database } from '@sluice/postgres/database';
+import type { Database, SqlClient } from '@sluice/postgres/database';
 import { expect, it } from 'vitest';
 import { claimDefaultRun, claimDeferredRun } from '../../src/runs/claims.js';
-import { finishRun, insertRuns } from '../../src/runs/lifecycle.js';
+import { failLostRuns, finishRun, insertRuns } from '../../src/runs/lifecycle.js';
 import type { RunClass } from '../../src/runs/states.js';
+import { deferred } from '../harness/deferred.js';
+import { until } from '../harness/index.js';
 import { freshDatabase, postgres } from '../helpers.js';
 import { openDb, run, who } from '../limits/admission-fixtures.js';
 import { describeWith } from '../../../../scripts/service-suites.js';
@@ -117,3 +119,87 @@ describeWith({ PostgreSQL: postgres })('the deferred running cap under claims at
     expect(await running('ta')).toBe(CAP);
   });
 });
+
+describeWith({ PostgreSQL: postgres })('deferred claims against the other writers', () => {
+  it("a thread's next run claimed while the lost-worker sweep ends the run before it: both go through, no deadlock", async () => {
+    const db = await openDb(await freshDatabase());
+    await db.query(`INSERT INTO threads (id, tenant, project, user_id) VALUES ('th1', 'ta', 'p', 'u')`);
+    const [lost, next] = await db.transaction((tx) =>
+      insertRuns(tx, [
+        { who: who('ta'), run: run({ class: 'deferred', input: 'first', threadId: 'th1' }) },
+        { who: who('ta'), run: run({ class: 'deferred', input: 'next', threadId: 'th1' }) },
+      ]),
+    );
+    // The first run's process died: it is running, and its hold on the thread has run out.
+    await db.query(
+      `UPDATE agent_runs SET status = 'running', worker = 'node_dead', started_at = now() - interval '1 minute'
+       WHERE id = $1::text`,
+      [lost!.id],
+    );
+    await db.query(
+      `UPDATE threads SET active_run_id = $1::text, lock_expires_at = now() - interval '1 second' WHERE id = 'th1'`,
+      [lost!.id],
+    );
+    // The claim's transaction stops just before its start (it holds the thread's row by then)...
+    const atStart = deferred();
+    const gate = deferred();
+    const gated = {
+      query: db.query.bind(db),
+      transaction: <T>(body: (tx: SqlClient) => Promise<T>) =>
+        db.transaction((tx) =>
+          body({
+            query: async (text: string, params?: unknown[]) => {
+              if (/^\s*UPDATE agent_runs SET status = 'running'/.test(text)) {
+                atStart.resolve();
+                await gate.promise;
+              }
+              return tx.query(text, params);
+            },
+          } as SqlClient),
+        ),
+    } as unknown as Database;
+    const claim = claimDeferredRun(gated, 'node_live', 2);
+    await atStart.promise;
+    // ...while the sweep ends the first run (its counts change, then its thread is let go).
+    const sweep = failLostRuns(db, 10_000);
+    const sweepWaits = await Promise.race([
+      sweep.then(() => false),
+      until(async () => (await lockWaiters(db)) > 0).then(() => true),
+    ]);
+    expect(sweepWaits).toBe(true);
+    gate.resolve();
+    expect((await claim)?.id).toBe(next!.id);
+    expect(await sweep).toBe(1);
+  });
+
+  it('on a database whose default isolation is REPEATABLE READ, 12 claims at once start exactly the cap of 10', async () => {
+    const url = await freshDatabase();
+    const setup = await openDb(url);
+    const name = (await setup.query<{ d: string }>('SELECT current_database() AS d')).rows[0]!.d;
+    await setup.query(`ALTER DATABASE "${name}" SET default_transaction_isolation = 'repeatable read'`);
+    const [one, two] = [await openDb(url), await openDb(url)];
+    await one.transaction((tx) =>
+      insertRuns(
+        tx,
+        Array.from({ length: 20 }, (_, i) => ({
+          who: who('ta'),
+          run: run({ class: 'deferred', input: `r ${i}` }),
+        })),
+      ),
+    );
+    const claims = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => claimDeferredRun(i % 2 ? one : two, `w${i}`, 10)),
+    );
+    expect(claims.filter((row) => row !== undefined)).toHaveLength(10);
+  });
+});
+
+/** Sessions of this database waiting for a lock now. */
+async function lockWaiters(db: Database): Promise<number> {
+  return (
+    await db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+       WHERE NOT l.granted AND a.datname = current_database()`,
+    )
+  ).rows[0]!.n;
+}
