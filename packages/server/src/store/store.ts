@@ -277,6 +277,21 @@ async function ping(db: Database, timeoutMs = 2_000): Promise<boolean> {
   }
 }
 
+/**
+ * A migration waits this long for a lock, then gives up and is tried again: while other
+ * processes (older versions of the server) keep working, a migration that locks two tables can
+ * meet one of their transactions holding the second while it waits for the first. Shorter than
+ * PostgreSQL's deadlock check (1 s by default), so it is the migration that steps back, not
+ * their work.
+ */
+const MIGRATION_LOCK_TIMEOUT_MS = 500;
+/** Tries of one migration that met a lock (deadlock or lock timeout), with a growing pause. */
+const MIGRATION_TRIES = 40;
+
+/** A migration that failed on a lock, not on its SQL: tried again. */
+const lockConflict = (error: unknown) =>
+  ['40P01', '55P03'].includes((error as { code?: string } | undefined)?.code ?? '');
+
 export async function migrate(db: Database): Promise<void> {
   if (!existsSync(migrationsDir))
     throw new Error(`The server's migrations are missing: ${migrationsDir.pathname}`);
@@ -284,21 +299,35 @@ export async function migrate(db: Database): Promise<void> {
     .filter((f) => /^\d+_.*\.sql$/.test(f))
     .sort();
   for (const file of files) {
-    const version = Number(file.split('_')[0]);
-    await db.transaction(async (tx) => {
-      await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', ['sluice:server:migrations']);
-      await tx.query(
-        'CREATE TABLE IF NOT EXISTS schema_migrations (version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT clock_timestamp())',
-      );
-      const done = await tx.query<{ n: number }>(
-        'SELECT count(*)::int AS n FROM schema_migrations WHERE version = $1::int',
-        [version],
-      );
-      if (done.rows[0]!.n > 0) return;
-      for (const statement of splitSqlStatements(readFileSync(new URL(file, migrationsDir), 'utf8'))) {
-        await tx.query(statement);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await migrateOne(db, file);
+        break;
+      } catch (error) {
+        if (!lockConflict(error) || attempt >= MIGRATION_TRIES) throw error;
+        await new Promise((resolve) => setTimeout(resolve, Math.min(50 * attempt, 1_000)));
       }
-      await tx.query('INSERT INTO schema_migrations (version) VALUES ($1::int)', [version]);
-    });
+    }
   }
+}
+
+async function migrateOne(db: Database, file: string): Promise<void> {
+  const version = Number(file.split('_')[0]);
+  await db.transaction(async (tx) => {
+    await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', ['sluice:server:migrations']);
+    await tx.query(
+      'CREATE TABLE IF NOT EXISTS schema_migrations (version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT clock_timestamp())',
+    );
+    const done = await tx.query<{ n: number }>(
+      'SELECT count(*)::int AS n FROM schema_migrations WHERE version = $1::int',
+      [version],
+    );
+    if (done.rows[0]!.n > 0) return;
+    // After the migrations' own lock, which a peer migrating holds as long as it takes.
+    await tx.query(`SET LOCAL lock_timeout = ${MIGRATION_LOCK_TIMEOUT_MS}`);
+    for (const statement of splitSqlStatements(readFileSync(new URL(file, migrationsDir), 'utf8'))) {
+      await tx.query(statement);
+    }
+    await tx.query('INSERT INTO schema_migrations (version) VALUES ($1::int)', [version]);
+  });
 }
