@@ -56,7 +56,8 @@ export const tuning = Object.freeze({
   admissionBatch: 128,
   /**
    * How often a process sets a tenant's counters to the true counts (under the lock, before a
-   * batch): a counter that drifted (a crash between statements of an old version) heals in a minute.
+   * batch), and how often upkeep looks for deferred running counts that drifted
+   * (runs/admission-counts.ts reconcileDrifted): a counter that drifted heals in a minute.
    */
   admissionReconcileMs: 1 * MINUTE,
   /** Rows one pass of upkeep (promotion, expiry) moves at most, so a pass stays a short transaction. */

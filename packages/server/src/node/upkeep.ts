@@ -1,6 +1,7 @@
 import type { Database } from '@sluice/postgres/database';
 import { systemClock, type Clock } from 'sluice/concurrency';
 import type { Executor } from '../runs/executor.js';
+import { reconcileDrifted } from '../runs/admission-counts.js';
 import type { TenantLimits } from '../runs/policy.js';
 import { endOrphanedRuns, expireRuns, failLostRuns } from '../runs/lifecycle.js';
 import { promotionPass } from '../runs/scheduler.js';
@@ -80,6 +81,7 @@ export class NodeUpkeep {
       unlisten();
     };
     every(tuning.pruneNodesEveryMs, 'prune', () => pruneNodes(this.db));
+    every(tuning.admissionReconcileMs, 'reconcile', () => reconcileDrifted(this.db));
     for (const { name, everyMs, job } of this.#jobs) every(everyMs, name, job);
   }
 

@@ -1,10 +1,10 @@
-import type { SqlClient } from '@sluice/postgres/database';
+import type { Database, SqlClient } from '@sluice/postgres/database';
 import type { Principal } from '../store/tokens.js';
 import type { Refusal } from './refusal.js';
 import type { TenantLimits } from './policy.js';
 import type { CountedSet } from './retry-after.js';
 import { firstFull, highestFitting, type CapLevel, type HighestCounts } from './caps.js';
-import type { AdmissionCounters, NewRun } from './store.js';
+import { reconcileCounters, type AdmissionCounters, type NewRun } from './store.js';
 
 /**
  * What admission counts a run against: the set it enters and that set's caps, a batch's running
@@ -163,6 +163,28 @@ export function highestCounts(admitted: Counted[], projects: string[]): HighestC
  */
 export async function lockTenantAdmission(tx: SqlClient, tenant: string): Promise<void> {
   await tx.query('SELECT pg_advisory_xact_lock(hashtext($1::text))', [`sluice:tenant:${tenant}`]);
+}
+
+/**
+ * Sets right the counters of every tenant whose deferred running count differs from its
+ * deferred runs running, read in one snapshot (counts and runs change in the same transactions,
+ * so a difference there is drift: a manual edit, a bulk load with triggers off). Admission sets
+ * a tenant right only when the tenant admits; deferred claims trust the count, so a count that
+ * drifted high would keep a tenant that admits nothing more from ever having its queued runs
+ * claimed. Node upkeep calls this every `tuning.admissionReconcileMs`. Returns the tenants set right.
+ */
+export async function reconcileDrifted(db: Database): Promise<string[]> {
+  const { rows } = await db.query<{ tenant: string }>(
+    `SELECT c.tenant FROM admission_counters c
+     WHERE c.project = '' AND c.deferred_running <> (
+       SELECT count(*) FROM agent_runs r WHERE r.tenant = c.tenant AND r.class = 'deferred' AND r.status = 'running')`,
+  );
+  for (const { tenant } of rows)
+    await db.transaction(async (tx) => {
+      await lockTenantAdmission(tx, tenant);
+      await reconcileCounters(tx, tenant);
+    });
+  return rows.map((r) => r.tenant);
 }
 
 export async function quotaUse(tx: SqlClient, tenant: string, windowMs: number): Promise<number> {

@@ -2,6 +2,7 @@ import type { Database } from '@sluice/postgres/database';
 import { expect, it } from 'vitest';
 import { ManualClock } from 'sluice/concurrency';
 import { admitRun, RECONCILE_EVERY_MS, type Admission } from '../../src/runs/admission.js';
+import { reconcileDrifted } from '../../src/runs/admission-counts.js';
 import { claimDefaultRun, claimDeferredRun } from '../../src/runs/claims.js';
 import {
   admitDecided,
@@ -105,6 +106,21 @@ describeWith({ PostgreSQL: postgres })('admission counters on PostgreSQL', () =>
     // Deleted while active (a manual cleanup): the place comes back too.
     await db.query(`DELETE FROM agent_runs WHERE id = $1::text`, [rest[2]]);
     await expectExact(db, t);
+  }, 60_000);
+
+  it("a deferred running count that drifted high is set right by upkeep's look, and the tenant's queued run is claimed", async () => {
+    const db = await openDb(await freshDatabase());
+    const t = 'drift';
+    const queued = admittedId(await admitRun(db, who(t, 'p'), run({ class: 'deferred' }), limits()));
+    // A manual edit says two of the tenant's deferred runs are running; none is.
+    await db.query(`UPDATE admission_counters SET deferred_running = 2 WHERE tenant = $1::text`, [t]);
+    // The claims trust the count: the tenant is at its cap of 2 for them.
+    expect(await claimDeferredRun(db, 'w1', 2)).toBeUndefined();
+    expect(await reconcileDrifted(db)).toEqual([t]);
+    await expectExact(db, t);
+    expect((await claimDeferredRun(db, 'w1', 2))?.id).toBe(queued);
+    // Nothing differs now: the next look sets nobody right.
+    expect(await reconcileDrifted(db)).toEqual([]);
   }, 60_000);
 
   it('an admission batch and a finishing run lock the counter rows in one order, whatever the plan (no deadlock)', async () => {
