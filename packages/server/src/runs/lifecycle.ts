@@ -248,8 +248,8 @@ export const deferredLock = (tenant: string) => `hashtext('sluice:deferred:' || 
 /**
  * startRun for a deferred claim in one statement, outside any transaction: `candidate` picks
  * and locks a queued run (its parameters from $1; capped, $3 is the highest running count at
- * which one more fits), the tenant's deferred lock is taken (the one a claim's transaction
- * takes), and a run without a thread starts when its tenant's counters row, locked here, has
+ * which one more fits), capped, the tenant's deferred lock is taken (the one a claim's
+ * transaction takes), and a run without a thread starts when its tenant's counters row, locked here, has
  * room. Under READ COMMITTED a row lock that waited re-reads the row it got, so a claim of the
  * tenant that started a run and committed meanwhile is counted: the cap holds across workers
  * and processes. The start's own trigger (015, 032) counts the run. That re-read is READ
@@ -270,8 +270,9 @@ export async function startFirstDeferred(
       `WITH candidate AS MATERIALIZED (
          SELECT * FROM (${candidate}) c WHERE current_setting('transaction_isolation') = 'read committed'),
        picked AS MATERIALIZED (
-         SELECT id, tenant, thread_id,
-                pg_advisory_xact_lock(${deferredLock('tenant')}) IS NULL AS locked
+         SELECT id, tenant, thread_id${
+           capped ? `, pg_advisory_xact_lock(${deferredLock('tenant')}) IS NULL AS locked` : ''
+         }
          FROM candidate),
        room AS MATERIALIZED (${
          capped

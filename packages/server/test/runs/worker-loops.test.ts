@@ -351,3 +351,44 @@ it('a loop woken by its own poll asks whether any run is queued before it claims
   expect(await slept).toBe(750);
   expect(claims.calls).toHaveLength(3);
 });
+
+it('a loop chained by a poll that found a run claims without asking; the polling loop asked once', async () => {
+  const clock = new WatchedClock();
+  const claims = new Claims();
+  const asked: RunClass[] = [];
+  const executed: string[] = [];
+  const loops = new WorkerLoops({
+    execute: async (run) => void executed.push(run.id),
+    clock,
+    idlePollMs: IDLE_POLL_MS,
+    maxBackoffMs: 10_000,
+    random: () => 0.5,
+    anyQueued: async (runClass) => {
+      asked.push(runClass);
+      return true;
+    },
+  });
+  stops.push(async () => {
+    const stopped = loops.stop();
+    for (const call of claims.calls) call.resolve(undefined);
+    await stopped;
+  });
+  loops.start('default', 2, claims.claim);
+  for (const call of [...claims.calls]) {
+    const slept = clock.nextSleep();
+    call.resolve(undefined);
+    await slept;
+  }
+  // The poller's timer: it asks, claims and finds a run (queued by a peer)...
+  let claimed = claims.nextClaim();
+  clock.advance(IDLE_POLL_MS);
+  await claimed;
+  expect(asked).toEqual(['default']);
+  // ...so the other loop is woken to look for more: it claims at once, without asking.
+  claimed = claims.nextClaim();
+  claims.calls[2]!.resolve(row('run_1'));
+  await claimed;
+  expect(asked).toEqual(['default']);
+  expect(claims.calls).toHaveLength(4);
+  expect(executed).toEqual(['run_1']);
+});
