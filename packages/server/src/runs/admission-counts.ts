@@ -76,6 +76,13 @@ export class Tally {
     }
   }
 
+  /** A tally of the same counts, to add to without changing this one. */
+  copy(): Tally {
+    const copy = new Tally(new Map());
+    for (const [project, counts] of this.#counts) copy.#counts.set(project, { ...counts });
+    return copy;
+  }
+
   count(project: string, set: CountedSet): number {
     return this.#counts.get(project)?.[set] ?? 0;
   }

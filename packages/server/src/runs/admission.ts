@@ -106,6 +106,8 @@ interface Line {
    * statement itself checks the true counts under the lock.
    */
   expected: Tally | undefined;
+  /** The projects the last read covered (with the tenant's row ''): `expected` knows only these. */
+  readProjects: ReadonlySet<string>;
   /** When the counters were last read (clock time), for the read made beside held admissions. */
   observedAt: number | undefined;
 }
@@ -130,6 +132,7 @@ function lineOf(db: Database, tenant: string): Line {
         history: new DepartureHistory(),
         reconciledAt: undefined,
         expected: undefined,
+        readProjects: new Set(),
         observedAt: undefined,
       }),
     );
@@ -195,6 +198,35 @@ function askTurn(db: Database, tenant: string, line: Line, lockWaitMs: number, c
   });
 }
 
+/**
+ * Whether a held run may start before its admission answers (runs/early-start.ts): admission
+ * will take the one-statement path for it (no quota, spend, thread or extra write, counters
+ * not due to be set right) and the counts this process expects admit it, with every run
+ * waiting in its tenant's line before it, and the last read covered its project. What this
+ * process expects errs high (runs that ended are not taken off until the next read), so a
+ * tenant or project at its cap starts nothing early.
+ */
+export function mayStartEarly(
+  db: Database,
+  who: Principal,
+  run: NewRun,
+  limits: TenantLimits,
+  clock: Clock = systemClock,
+): boolean {
+  const line = lines.get(db)?.get(who.tenant);
+  if (!line?.expected || line.queue.length > MAX_BATCH) return false;
+  // A project the last read did not cover counts 0 in `expected`: not known to have room.
+  if (
+    !line.readProjects.has(who.project) ||
+    line.queue.some((item) => !line.readProjects.has(item.who.project))
+  )
+    return false;
+  if (line.reconciledAt === undefined || clock.now() - line.reconciledAt >= RECONCILE_EVERY_MS) return false;
+  const item = { who, run, limits };
+  if (!isHeld(item) || !decidedByCounts(item)) return false;
+  return decideByCounts(line.expected.copy(), [...line.queue, item]).every((over) => over === undefined);
+}
+
 /** The estimate for a refusal of the per-user cap: how long the tenant's default-class runs stay. */
 export function userRetryAfterMs(db: Database, tenant: string): number {
   return lineOf(db, tenant).history.estimate('active');
@@ -225,8 +257,9 @@ async function admitBatch(
   }
 }
 
-function observe(line: Line, counters: Map<string, AdmissionCounters>, clock: Clock) {
+function observe(line: Line, counters: Map<string, AdmissionCounters>, projects: string[], clock: Clock) {
   line.expected = new Tally(counters);
+  line.readProjects = new Set(['', ...projects]);
   line.observedAt = clock.now();
   const row = counters.get('');
   line.history.record({
@@ -276,7 +309,7 @@ async function decideBatch(
   // A plain read first. Where quota or spend apply, they are checked (and reported) before the
   // caps, so those requests always go to the locked read.
   const seen = await readCounters(db, tenant, projects);
-  observe(line, seen, clock);
+  observe(line, seen, projects, clock);
   const plain = new Tally(seen);
   if (!reconcileDue && batch.every(decidedByCounts)) {
     const fast = await admitFromRead(db, tenant, line, batch, seen, ['', ...projects]);
@@ -298,7 +331,7 @@ async function decideBatch(
       line.reconciledAt = now;
     }
     const counters = await readCounters(tx, tenant, projects);
-    observe(line, counters, clock);
+    observe(line, counters, projects, clock);
     const tally = new Tally(counters);
     // What this batch admits is counted in what the process expects next.
     const expected = line.expected;
@@ -335,7 +368,7 @@ async function decideBatch(
 }
 
 /** A held run: executed by the process that admits it, never claimed from a queue. */
-const isHeld = (item: Pending) => item.run.mode === 'inline' && item.run.schedule === undefined;
+const isHeld = (item: Pick<Pending, 'run'>) => item.run.mode === 'inline' && item.run.schedule === undefined;
 
 /**
  * Held runs the expected counts let in, written by one statement (see admitHeldNow); undefined
@@ -359,7 +392,7 @@ async function admitHeldFromExpected(
   if (line.observedAt === undefined || clock.now() - line.observedAt >= MIN_SPAN_MS) {
     line.observedAt = clock.now();
     void readCounters(db, tenant, projects).then(
-      (counters) => observe(line, counters, clock),
+      (counters) => observe(line, counters, projects, clock),
       () => undefined,
     );
   }
@@ -367,7 +400,7 @@ async function admitHeldFromExpected(
 }
 
 /** A run whose admission the counters alone decide: no quota, spend, thread or extra write. */
-const decidedByCounts = (item: Pending) =>
+const decidedByCounts = (item: Pick<Pending, 'run' | 'limits' | 'withRun'>) =>
   !item.limits.runQuota &&
   !item.limits.spend &&
   !item.withRun &&

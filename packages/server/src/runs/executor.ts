@@ -15,6 +15,7 @@ import { runsToStop, type RunRow } from './store.js';
 import type { RunWaiters } from './waiters.js';
 import { WorkerLoops } from './worker-loops.js';
 import { RunStreams } from '../streams/index.js';
+import { EarlyStart } from './early-start.js';
 
 export type { RunListener } from './run-execution.js';
 
@@ -36,6 +37,8 @@ const { watchMs: WATCH_MS, idlePollMs: IDLE_POLL_MS, maxClaimBackoffMs: MAX_BACK
 export class Executor {
   readonly node = `node_${randomBytes(6).toString('hex')}`;
   readonly #running = new Map<string, LocalRun>();
+  /** Runs started before their admission answered, until a front executes them or they are refused. */
+  readonly #early = new Map<string, { start: EarlyStart; done: Promise<RunRow | undefined> }>();
   /** The queue workers (./worker-loops.ts). */
   readonly #workers: WorkerLoops;
   /** How one run executes (./run-execution.ts). */
@@ -110,13 +113,70 @@ export class Executor {
     return [...this.#running.keys()];
   }
 
-  /** Executes a run that is already `running` in the store for this process; resolves with its final row. */
+  /**
+   * Executes a run that is already `running` in the store for this process; resolves with its
+   * final row. A run started early (`startEarly`) is taken over: its held events go to
+   * `listener` from here on.
+   */
   execute(run: RunRow, listener?: RunListener): Promise<RunRow | undefined> {
+    const early = this.#early.get(run.id);
+    if (early) {
+      this.#early.delete(run.id);
+      if (this.#pastDeadline) early.start.controller.abort(new StopSignal('interrupted'));
+      const done = this.#track(run, early.start.controller, early.done);
+      early.start.admit(run, listener);
+      return done;
+    }
     const controller = new AbortController();
     // Past the drain deadline nothing starts: a request admitted while the drain began gets
     // its run ended `interrupted` at once, like the runs the drain cut short.
     if (this.#pastDeadline) controller.abort(new StopSignal('interrupted'));
-    const done = this.#execution.execute(run, controller.signal, listener).finally(() => {
+    return this.#track(run, controller, this.#execution.execute(run, controller.signal, listener));
+  }
+
+  /**
+   * Starts a held run's agent from its provisional row while its admission commits (see
+   * runs/early-start.ts). The front then executes the admitted row as any other (`execute`
+   * takes it over), or the submission refuses it. Undefined once the drain has passed its
+   * deadline: nothing starts then.
+   */
+  startEarly(provisional: RunRow): EarlyStart | undefined {
+    if (this.#pastDeadline || this.#early.has(provisional.id) || this.#running.has(provisional.id)) {
+      return undefined;
+    }
+    const start = new EarlyStart();
+    // In the next turn of the event loop: the admission statement, asked for just before, goes
+    // out first, and the agent's set-up runs while the database works on it.
+    const done = new Promise((resolve) => setImmediate(resolve)).then(() =>
+      start.refused
+        ? undefined
+        : this.#execution.execute(provisional, start.controller.signal, start.relay, start.admission),
+    );
+    this.#early.set(provisional.id, { start, done });
+    // Refused, it ends here; taken over, `execute` tracks it.
+    void done.then(
+      () => this.#early.delete(provisional.id),
+      () => this.#early.delete(provisional.id),
+    );
+    return start;
+  }
+
+  /**
+   * A run started early and admitted that its front never executed (the front failed before
+   * it could): it ends `canceled` here, not left running for upkeep to find.
+   */
+  abandon(run: RunRow): void {
+    if (!this.#early.has(run.id)) return;
+    void this.execute(run).catch(() => undefined);
+    this.stop(run.id, 'cancel');
+  }
+
+  #track(
+    run: RunRow,
+    controller: AbortController,
+    execution: Promise<RunRow | undefined>,
+  ): Promise<RunRow | undefined> {
+    const done = execution.finally(() => {
       this.#running.delete(run.id);
       this.waiters.ended(run.id);
       if (run.thread_id !== null) {
@@ -131,9 +191,9 @@ export class Executor {
 
   /** Stops a run executing in this process; false when it is not here. */
   stop(id: string, reason: StopReason): boolean {
-    const entry = this.#running.get(id);
-    if (!entry) return false;
-    entry.controller.abort(new StopSignal(reason));
+    const controller = this.#running.get(id)?.controller ?? this.#early.get(id)?.start.controller;
+    if (!controller) return false;
+    controller.abort(new StopSignal(reason));
     return true;
   }
 
@@ -220,6 +280,7 @@ export class Executor {
 
   /** Stops every local run for `reason` and waits until each has ended. */
   async stopAll(reason: StopReason): Promise<void> {
+    // Not the runs started early that wait for their admission: those are not running yet.
     const all = [...this.#running.values()];
     for (const { controller } of all) controller.abort(new StopSignal(reason));
     await Promise.allSettled(all.map((r) => r.done));

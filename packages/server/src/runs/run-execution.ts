@@ -27,8 +27,11 @@ import {
   type StreamEvent,
 } from '../streams/index.js';
 
-/** Why a local run was stopped before it ended by itself. */
-export type StopReason = 'cancel' | 'lost' | 'interrupted';
+/**
+ * Why a local run was stopped before it ended by itself; `refused`: a run started before its
+ * admission answered was not admitted (runs/early-start.ts).
+ */
+export type StopReason = 'cancel' | 'lost' | 'interrupted' | 'refused';
 
 /** The abort reason of a run stopped from outside (the executor's `stop`). */
 export class StopSignal extends Error {
@@ -89,12 +92,37 @@ export class RunExecution {
     this.onConcurrency = deps.onConcurrency;
   }
 
-  /** Executes a run that is `running` for this process; resolves with its final row. */
-  async execute(run: RunRow, signal: AbortSignal, listener?: RunListener): Promise<RunRow | undefined> {
+  /**
+   * Executes a run that is `running` for this process; resolves with its final row. With
+   * `admission`, the run started before its admission answered (runs/early-start.ts): `run` is
+   * its provisional row, its events are held until the admitted row comes, and a refusal
+   * (undefined) ends it with nothing written or told.
+   */
+  async execute(
+    run: RunRow,
+    signal: AbortSignal,
+    listener?: RunListener,
+    admission?: Promise<RunRow | undefined>,
+  ): Promise<RunRow | undefined> {
     const log = await this.streams.open(run);
-    const heard = this.#recorder(run, log, listener);
-    heard.event('run.started', toApiRun(run));
+    const heard = this.#recorder(run, log, listener, admission !== undefined);
+    if (admission) {
+      // Registered first: the held events go out the moment admission answers, before anything
+      // this method does once the agent is done.
+      void admission
+        .then((admitted) => (admitted ? heard.open(toApiRun(admitted)) : heard.drop()))
+        .catch((error: unknown) =>
+          // A front's listener that threw while the held events went out: logged, since
+          // nothing waits on this to reject with it.
+          this.log('warn', 'a run listener failed', { run: run.id, error: String(error) }),
+        );
+    } else heard.event('run.started', toApiRun(run));
     const outcome = await traceRun(run, () => this.#run(run, signal, heard));
+    if (admission) {
+      const admitted = await admission;
+      if (!admitted) return undefined;
+      run = admitted;
+    }
     // Everything but the last event is stored before the end is, in the statement that writes
     // the end (one round trip, not a flush and then the end): a reader that sees the run ended
     // has the rest (streams/follow.ts). A run ended elsewhere has its events flushed.
@@ -114,24 +142,46 @@ export class RunExecution {
     return final;
   }
 
-  /** The run's listener, each event stored (and given its id) before it is heard. */
-  #recorder(run: RunRow, log: RunLog, listener: RunListener | undefined) {
-    const event = (name: StreamEvent['event'], data: Record<string, unknown>, tool?: ToolEvent) => {
-      const recorded = log.record(name, data);
-      listener?.onEvent?.(recorded, tool);
+  /**
+   * The run's listener, each event stored (and given its id) before it is heard. Held, it keeps
+   * what it is told until `open` (which tells `run.started` first) or `drop`.
+   */
+  #recorder(run: RunRow, log: RunLog, listener: RunListener | undefined, holding = false) {
+    let held: (() => void)[] | undefined = holding ? [] : undefined;
+    let dropped = false;
+    const tell = (what: () => void) => {
+      if (dropped) return;
+      if (held) held.push(what);
+      else what();
     };
+    const event = (name: StreamEvent['event'], data: Record<string, unknown>, tool?: ToolEvent) =>
+      tell(() => {
+        const recorded = log.record(name, data);
+        listener?.onEvent?.(recorded, tool);
+      });
     return {
       event,
+      open: (started: Record<string, unknown>) => {
+        const waiting = held ?? [];
+        held = undefined;
+        event('run.started', started);
+        for (const what of waiting) what();
+      },
+      drop: () => {
+        // What comes after a refusal is dropped too: the agent may still be stopping.
+        dropped = true;
+        held = undefined;
+      },
       onText: (text: string) => {
         event('message.delta', { run_id: run.id, text });
-        listener?.onText?.(text);
+        tell(() => listener?.onText?.(text));
       },
       onTool: (tool: ToolEvent) => {
         // The stream's data stays { run_id, tool_call_id, name }; the whole event (arguments,
         // result text) goes beside it for carriers that show them (AG-UI).
         const data = { run_id: run.id, tool_call_id: tool.toolCallId, name: tool.name };
         event(tool.type === 'started' ? 'tool.started' : 'tool.completed', data, tool);
-        listener?.onTool?.(tool);
+        tell(() => listener?.onTool?.(tool));
       },
     };
   }

@@ -8,8 +8,10 @@ import type { ServerSettings } from '../settings.js';
 import type { Principal } from '../store/tokens.js';
 import { clearPausedThread, holdThread, type HoldAttempt, type OnBusy } from '../threads/hold.js';
 import { getThread, threadLeaseMs, unlockThread, type NewThread } from '../threads/store.js';
-import { admitRun, userRetryAfterMs, type WithRun } from './admission.js';
+import { admitRun, mayStartEarly, userRetryAfterMs, type WithRun } from './admission.js';
+import { provisionalRow, type EarlyStart } from './early-start.js';
 import type { Executor } from './executor.js';
+import { StopSignal } from './run-execution.js';
 import { isSettled, type RunClass } from './lifecycle.js';
 import type { TenantLimits } from './policy.js';
 import type { Refusal } from './refusal.js';
@@ -179,16 +181,22 @@ export async function submitHeld(
   },
 ): Promise<HeldRun> {
   const { run, release } = await undoingThread(deps, request, async () =>
-    admitHeld(deps, who, await newRunOf(deps, who, request, true), request.onBusy ?? 'wait', options.signal),
+    admitHeld(deps, who, await newRunOf(deps, who, request, true), request.onBusy ?? 'wait', options.signal, {
+      cancelOnLeave: options.onDisconnect === 'cancel',
+    }),
   );
   let playing: Promise<unknown>;
   try {
     // Called at once: the executor registers the run before a disconnect can be heard.
     playing = options.play(run);
   } catch (error) {
+    deps.executor.abandon(run);
     release();
     throw error;
   }
+  // A run started early waits for its front to execute it; a front that ended without (it
+  // failed first) would leave it waiting.
+  playing = playing.finally(() => deps.executor.abandon(run));
   const stopListening =
     options.onDisconnect === 'cancel' ? cancelOnLeave(deps.executor, run.id, signalOf(options.signal)) : noop;
   const ended = () => {
@@ -365,12 +373,14 @@ async function admitHeld(
   newRun: NewRun,
   onBusy: OnBusy,
   gone: ClientGone,
+  options: { cancelOnLeave: boolean },
 ): Promise<{ run: RunRow; release: () => void }> {
   const { db, settings } = deps;
   const release = await takePlace(deps, who, newRun.class);
   const id = newRun.id ?? newRunId();
   const threadId = newRun.threadId;
   let threadTaken = false;
+  let early: EarlyStart | undefined;
   try {
     if (threadId !== undefined) {
       const lock = await holdThread(deps, {
@@ -385,23 +395,41 @@ async function admitHeld(
       if (!lock.ok) throw new RunRefusedError(threadRefusal(lock, threadId, settings.threadBusyWaitMs));
       threadTaken = true;
     }
-    const admission = await admitRun(
-      db,
-      who,
-      { ...newRun, id, mode: 'inline', threadLeaseMs: threadLeaseMs(settings) },
-      deps.limitsFor(who.tenant),
-      settings.statementTimeoutMs,
-      deps.clock,
-    );
+    const toAdmit = { ...newRun, id, mode: 'inline' as const, threadLeaseMs: threadLeaseMs(settings) };
+    const limits = deps.limitsFor(who.tenant);
+    // Expected to be admitted in one statement: its agent starts beside the statement (asked
+    // for first, so it goes out first).
+    const provisional =
+      threadId === undefined && mayStartEarly(db, who, toAdmit, limits, deps.clock)
+        ? provisionalRow(who, toAdmit, deps.clock.now())
+        : undefined;
+    const admitting = admitRun(db, who, toAdmit, limits, settings.statementTimeoutMs, deps.clock);
+    if (provisional) early = deps.executor.startEarly(provisional);
+    // A caller that leaves while admission answers stops the run it started early, as it would
+    // stop it once admitted.
+    const stopListening = early && options.cancelOnLeave ? stopEarlyOnLeave(early, signalOf(gone)) : noop;
+    const admission = await admitting.finally(stopListening);
     if (!admission.ok) throw refused(deps, who, admission.refusal);
     deps.admissions?.admitted(newRun.class);
     deps.executor.streams.created(admission.run);
     return { run: admission.run, release };
   } catch (error) {
+    early?.refuse(new StopSignal('refused'));
     release();
     if (threadTaken) await unlockThread(db, threadId!, id).catch(() => undefined);
     throw error;
   }
+}
+
+/** Cancels a run started early when its caller leaves; returns the listener's removal. */
+function stopEarlyOnLeave(early: EarlyStart, signal: AbortSignal): () => void {
+  const stop = () => early.controller.abort(new StopSignal('cancel'));
+  if (signal.aborted) {
+    stop();
+    return noop;
+  }
+  signal.addEventListener('abort', stop, { once: true });
+  return () => signal.removeEventListener('abort', stop);
 }
 
 /** Races a held run against the sync window; past it, the run as it stands. */
