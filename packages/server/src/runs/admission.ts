@@ -105,14 +105,17 @@ interface Line {
   reconciledAt: number | undefined;
   /**
    * The counts this process expects: the last read, plus the runs it admitted since (runs that
-   * ended meanwhile are not taken off). Chooses the one-statement path for held runs; the
-   * statement itself checks the true counts under the lock.
+   * ended meanwhile are not taken off). Lets a batch be written without a read first, and a
+   * held run start early; the statement itself checks the true counts under the lock.
    */
   expected: Tally | undefined;
   /** The projects the last read covered (with the tenant's row ''): `expected` knows only these. */
   readProjects: ReadonlySet<string>;
-  /** When the counters were last read (clock time), for the read made beside held admissions. */
+  /** When the counters were last read (clock time), for the read made beside admissions. */
   observedAt: number | undefined;
+  /** Reads started, numbered: a read that answers after a later one was observed is dropped. */
+  reads: number;
+  observedRead: number;
 }
 
 /** Per database handle, per tenant: admissions waiting for a batch, and what their reads saw. */
@@ -137,6 +140,8 @@ function lineOf(db: Database, tenant: string): Line {
         expected: undefined,
         readProjects: new Set(),
         observedAt: undefined,
+        reads: 0,
+        observedRead: 0,
       }),
     );
   }
@@ -203,11 +208,13 @@ function askTurn(db: Database, tenant: string, line: Line, lockWaitMs: number, c
 
 /**
  * Whether a held run may start before its admission answers (runs/early-start.ts): admission
- * will take the one-statement path for it (no quota, spend, thread or extra write, counters
- * not due to be set right) and the counts this process expects admit it, with every run
- * waiting in its tenant's line before it, and the last read covered its project. What this
- * process expects errs high (runs that ended are not taken off until the next read), so a
- * tenant or project at its cap starts nothing early.
+ * will try to write it without a read first (no quota, spend, thread or extra write, counters
+ * not due to be set right), the counts this process expects admit it, with every run waiting
+ * in its tenant's line before it, and the last read covered its project. What this process
+ * expects errs high for its own runs (runs that ended are not taken off until the next read),
+ * so a tenant or project it has seen at its cap starts nothing early. It errs low by what other
+ * processes admitted since its last read (at most a second old while it admits): a run started
+ * early then is refused by the statement, and its provider request cut.
  */
 export function mayStartEarly(
   db: Database,
@@ -260,7 +267,16 @@ async function admitBatch(
   }
 }
 
-function observe(line: Line, counters: Map<string, AdmissionCounters>, projects: string[], clock: Clock) {
+function observe(
+  line: Line,
+  counters: Map<string, AdmissionCounters>,
+  projects: string[],
+  clock: Clock,
+  read: number,
+) {
+  // A read that answers after a later one was observed knows less than what is there.
+  if (read < line.observedRead) return;
+  line.observedRead = read;
   line.expected = new Tally(counters);
   line.readProjects = new Set(['', ...projects]);
   line.observedAt = clock.now();
@@ -311,8 +327,9 @@ async function decideBatch(
   }
   // A plain read first. Where quota or spend apply, they are checked (and reported) before the
   // caps, so those requests always go to the locked read.
+  const read = ++line.reads;
   const seen = await readCounters(db, tenant, projects);
-  observe(line, seen, projects, clock);
+  observe(line, seen, projects, clock, read);
   const plain = new Tally(seen);
   if (!reconcileDue && batch.every(decidedByCounts)) {
     const fast = await admitFromRead(db, tenant, line, batch, seen, ['', ...projects]);
@@ -333,8 +350,9 @@ async function decideBatch(
       await reconcileCounters(tx, tenant);
       line.reconciledAt = now;
     }
+    const locked = ++line.reads;
     const counters = await readCounters(tx, tenant, projects);
-    observe(line, counters, projects, clock);
+    observe(line, counters, projects, clock, locked);
     const tally = new Tally(counters);
     // What this batch admits is counted in what the process expects next.
     const expected = line.expected;
@@ -398,8 +416,9 @@ async function admitFromExpected(
   if (!rows) return undefined;
   if (line.observedAt === undefined || clock.now() - line.observedAt >= MIN_SPAN_MS) {
     line.observedAt = clock.now();
+    const read = ++line.reads;
     void readCounters(db, tenant, projects).then(
-      (counters) => observe(line, counters, projects, clock),
+      (counters) => observe(line, counters, projects, clock, read),
       () => undefined,
     );
   }

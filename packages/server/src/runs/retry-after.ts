@@ -48,8 +48,9 @@ export interface Observation {
 
 /**
  * A tenant's counter reads over the last minute, thinned to one a second, from which the rate of
- * departures is read. Fed by every admission's read, so it is freshest where it matters: while
- * the tenant is at a cap, each refused request reads the counters.
+ * departures is read. Fed by every counters read of admission (and, while admissions go through
+ * without one, a read beside them once a second), so it is freshest where it matters: while the
+ * tenant is at a cap, each refused request reads the counters.
  */
 export class DepartureHistory {
   #samples: Observation[] = [];
