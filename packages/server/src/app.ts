@@ -4,7 +4,7 @@ import swagger from '@fastify/swagger';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { openCacheStore } from './cache/open.js';
 import type { CacheStore } from './cache/store.js';
-import { CallbackDispatcher, checkCallbackUrl } from './callbacks/index.js';
+import { CallbackDispatcher, checkCallbackUrl, dispatcherDefaults } from './callbacks/index.js';
 import { agentFor, type SluiceConfig } from './config.js';
 import { authenticate } from './http/auth.js';
 import { Principals } from './http/principals.js';
@@ -183,8 +183,11 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   const clock = appClock(options);
   const principals = new Principals(db, events, () => clock.now());
   const waiters = new RunWaiters(db, events);
+  // Polls standing in for other processes' work: far apart where no other process writes.
+  const fallbackPolls = store.solo ? tuning.soloPollFactor : 1;
   const executor = new Executor(db, config, settings, waiters, events, log, clock, {
     storeEvents: options.storeRunEvents ?? true,
+    idlePollMs: tuning.idlePollMs * fallbackPolls,
   });
   const limitsFor = tenantPolicy(config, settings);
   const providerWaiting = (tenant: string, agent: string) => {
@@ -202,12 +205,15 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
       }),
     ...options.ops,
   });
-  const upkeep = new NodeUpkeep(db, executor, settings, limitsFor, log, clock);
+  const upkeep = new NodeUpkeep(db, executor, settings, limitsFor, log, clock, {
+    promoteIdleMs: tuning.promoteIdleMs * fallbackPolls,
+  });
   const gateways = createGateways({ config, db, cache, limitsFor, ops, clock, log });
   // Every final state with a callback_url leaves a row in the outbox (a trigger writes it in the
   // same transaction); this process's dispatcher delivers rows of any process, signed.
   const callbacks = new CallbackDispatcher({
     db,
+    pollIntervalMs: dispatcherDefaults.pollIntervalMs * fallbackPolls,
     allowPrivate: settings.callbackAllowPrivate,
     renderRun: async (id, tenant) => {
       const run = await getRun(db, tenant, id);

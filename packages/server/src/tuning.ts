@@ -9,6 +9,14 @@ export const tuning = Object.freeze({
   watchMs: 500,
   /** How often an idle queue worker looks for work when no notification came. */
   idlePollMs: 500,
+  /**
+   * On a store no other process writes (Store.solo: embedded PGlite), the polls that stand in
+   * for other processes' work are this many times further apart: the idle workers' poll, the
+   * callback outbox's and the idle promotion pass. Every change there is this process's own and
+   * notifies it; and each poll's statement holds the event loop, which PGlite runs on, stalling
+   * every request in flight (a gateway's above all).
+   */
+  soloPollFactor: 10,
   /** A queue worker whose claims fail backs off to at most this (with jitter), not to silence. */
   maxClaimBackoffMs: 10 * SECOND,
   /** Writing a run's end while the database is away: first retry after this, doubling... */

@@ -43,6 +43,7 @@ export class NodeUpkeep {
     private readonly limitsFor: (tenant: string) => TenantLimits,
     private readonly log: Log = () => undefined,
     private readonly clock: Clock = systemClock,
+    private readonly options: { promoteIdleMs?: number } = {},
   ) {
     this.#lastBeat = clock.now();
   }
@@ -72,7 +73,7 @@ export class NodeUpkeep {
       },
       systemClock,
       PROMOTE_MS,
-      tuning.promoteIdleMs,
+      this.options.promoteIdleMs ?? tuning.promoteIdleMs,
     );
     const unlisten = this.executor.onScheduled(() => passes.scheduled());
     passes.start();

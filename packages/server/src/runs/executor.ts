@@ -69,7 +69,7 @@ export class Executor {
     events: RunEvents,
     private readonly log: Log = () => undefined,
     private readonly clock: Clock = systemClock,
-    options: { storeEvents?: boolean } = {},
+    options: { storeEvents?: boolean; idlePollMs?: number } = {},
   ) {
     // A config built without defineConfig is checked here, before any worker starts.
     checkClasses(config);
@@ -92,7 +92,7 @@ export class Executor {
       execute: (run) => this.execute(run),
       log,
       clock: systemClock,
-      idlePollMs: IDLE_POLL_MS,
+      idlePollMs: options.idlePollMs ?? IDLE_POLL_MS,
       maxBackoffMs: MAX_BACKOFF_MS,
       anyQueued: (runClass) => anyQueued(this.db, runClass),
     });

@@ -24,6 +24,12 @@ const migrationsDir = new URL('../../sql/', import.meta.url);
 
 export interface Store {
   readonly db: Database;
+  /**
+   * No other process can write this database (embedded PGlite, held by a lock file): every
+   * change comes from this process, and every notification is heard in it. Polls that stand in
+   * for another process's work, or for a missed notification, may then be far apart.
+   */
+  readonly solo?: boolean;
   /** Whether the database answers now (for /readyz): a `SELECT 1` bounded in time. */
   ping(timeoutMs?: number): Promise<boolean>;
   close(): Promise<void>;
@@ -172,6 +178,7 @@ async function openEmbedded(dataDir: string): Promise<Store> {
     const opened = handle;
     return {
       db,
+      solo: true,
       ping: (timeoutMs) => ping(db, timeoutMs),
       close: async () => {
         await opened.close();

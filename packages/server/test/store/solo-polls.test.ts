@@ -1,0 +1,54 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { expect, it } from 'vitest';
+import { tuning } from '../../src/tuning.js';
+import { openTestStore, startTestServer } from '../helpers.js';
+import { countingDatabase, type QueryCounts } from '../limits/harness.js';
+
+// An embedded store has one writer, this process: the polls that look for other processes' work
+// (idle workers, the callback outbox) come far apart, since each one holds the event loop that
+// PGlite runs on. PostgreSQL is shared: its polls keep their pace.
+
+it('an embedded store says it has no other writer; a PostgreSQL store does not', async () => {
+  expect((await openTestStore('pglite')).solo).toBe(true);
+  expect((await openTestStore('postgres')).solo).toBeFalsy();
+});
+
+/** The statements of the fallback polls, by the poll they belong to. */
+const polls = {
+  workers: /^SELECT EXISTS \(SELECT 1 FROM agent_runs WHERE status = 'queued'/,
+  callbacks: /^\s*WITH due AS \(\s*SELECT id FROM callback_deliveries/,
+};
+
+async function idlePolls(database: 'pglite' | 'postgres', windowMs: number) {
+  const seen = { workers: 0, callbacks: 0 };
+  let counting = false;
+  const counts: QueryCounts = {
+    queries: 0,
+    transactions: 0,
+    onQuery: (text) => {
+      if (!counting) return;
+      for (const [poll, pattern] of Object.entries(polls))
+        if (pattern.test(text)) seen[poll as keyof typeof seen]++;
+    },
+  };
+  await startTestServer({
+    database,
+    wrapStore: (store) => ({ ...store, db: countingDatabase(store.db, counts) }),
+  });
+  // The start's own first looks are over by then: what is left is the idle pace.
+  await sleep(1_000);
+  counting = true;
+  await sleep(windowMs);
+  counting = false;
+  return seen;
+}
+
+it('an idle server on the embedded store polls for work at a tenth of the shared pace', async () => {
+  const windowMs = 2_500;
+  // Timers never fire early, so these are hard bounds: each class's poller (default, deferred)
+  // looks at most once in a window shorter than its period, the outbox at most once.
+  expect(tuning.idlePollMs * tuning.soloPollFactor).toBeGreaterThan(windowMs);
+  const solo = await idlePolls('pglite', windowMs);
+  expect(solo.workers).toBeLessThanOrEqual(2);
+  expect(solo.callbacks).toBeLessThanOrEqual(1);
+});
