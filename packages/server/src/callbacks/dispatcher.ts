@@ -167,7 +167,7 @@ export class CallbackDispatcher {
     } catch (error) {
       // A database fault must not stop deliveries for good, nor crash the process.
       o.log({ type: 'error', during: 'poll', error });
-      nextPollMs = o.pollIntervalMs;
+      nextPollMs = o.pollRetryMs;
     }
     // Cleared with no await since the loop's last check of #pollAgain, so a notify() that
     // comes in now starts a new poll instead of being lost.

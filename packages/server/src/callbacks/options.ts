@@ -39,6 +39,8 @@ export interface CallbackDispatcherOptions {
   maxAgeMs?: number;
   /** Longest time between looks at the table (other processes' rows, due retries). @default 1000 */
   pollIntervalMs?: number;
+  /** The next poll after one that failed (the database away): never later than pollIntervalMs. @default 1000 */
+  pollRetryMs?: number;
   /**
    * How long a claimed row stays with this process. Another process delivers it after that,
    * so it must outlast an attempt. @default attemptTimeoutMs + 30000
@@ -71,6 +73,7 @@ export const dispatcherDefaults = Object.freeze({
   attemptTimeoutMs: 10 * SECOND,
   maxAgeMs: 24 * HOUR,
   pollIntervalMs: 1 * SECOND,
+  pollRetryMs: 1 * SECOND,
   leaseMarginMs: 30 * SECOND,
   stopTimeoutMs: 5 * SECOND,
   retryBaseMs: 5 * SECOND,
@@ -86,6 +89,7 @@ export interface ResolvedDispatcherOptions {
   readonly attemptTimeoutMs: number;
   readonly maxAgeMs: number;
   readonly pollIntervalMs: number;
+  readonly pollRetryMs: number;
   readonly leaseMs: number;
   readonly stopTimeoutMs: number;
   readonly retryBaseMs: number;
@@ -139,6 +143,7 @@ export function resolveDispatcherOptions(options: CallbackDispatcherOptions): Re
       throw new TypeError(`Expected \`${name}\` to be a function, got \`${typeof options[name]}\``);
     }
   }
+  const pollIntervalMs = whole('pollIntervalMs', options.pollIntervalMs ?? d.pollIntervalMs, 1);
   return Object.freeze({
     db: options.db,
     renderRun: options.renderRun,
@@ -146,7 +151,8 @@ export function resolveDispatcherOptions(options: CallbackDispatcherOptions): Re
     concurrency: whole('concurrency', options.concurrency ?? d.concurrency, 1),
     attemptTimeoutMs,
     maxAgeMs: whole('maxAgeMs', options.maxAgeMs ?? d.maxAgeMs, 1),
-    pollIntervalMs: whole('pollIntervalMs', options.pollIntervalMs ?? d.pollIntervalMs, 1),
+    pollIntervalMs,
+    pollRetryMs: Math.min(pollIntervalMs, whole('pollRetryMs', options.pollRetryMs ?? d.pollRetryMs, 1)),
     leaseMs,
     stopTimeoutMs: whole('stopTimeoutMs', options.stopTimeoutMs ?? d.stopTimeoutMs, 0),
     retryBaseMs,

@@ -61,9 +61,13 @@ export class NodeUpkeep {
     };
     every(Math.max(25, Math.floor(this.settings.nodeStaleMs / 4)), 'heartbeat', () => this.#beat());
     every(Math.max(25, Math.floor(this.settings.nodeStaleMs / 4)), 'sweep', async () => {
-      await failLostRuns(this.db, this.settings.nodeStaleMs);
-      await endOrphanedRuns(this.db, this.executor.node, this.executor.executing(), ORPHAN_GRACE_MS);
+      const ended =
+        (await failLostRuns(this.db, this.settings.nodeStaleMs)) +
+        (await endOrphanedRuns(this.db, this.executor.node, this.executor.executing(), ORPHAN_GRACE_MS));
       await expireRuns(this.db, this.settings.deferredMaxWaitMs);
+      // Runs ended here free their tenants' caps (and a run without a thread notifies nobody):
+      // the idle workers look now, not at their next poll.
+      if (ended > 0) this.executor.notify();
     });
     const passes = new PromotionPasses(
       async () => {
@@ -82,7 +86,10 @@ export class NodeUpkeep {
       unlisten();
     };
     every(tuning.pruneNodesEveryMs, 'prune', () => pruneNodes(this.db));
-    every(tuning.admissionReconcileMs, 'reconcile', () => reconcileDrifted(this.db));
+    every(tuning.admissionReconcileMs, 'reconcile', async () => {
+      // A running count set lower makes room for that tenant's queued deferred runs.
+      if ((await reconcileDrifted(this.db)).length > 0) this.executor.notify('deferred');
+    });
     for (const { name, everyMs, job } of this.#jobs) every(everyMs, name, job);
   }
 

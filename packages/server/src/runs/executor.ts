@@ -93,6 +93,8 @@ export class Executor {
       log,
       clock: systemClock,
       idlePollMs: options.idlePollMs ?? IDLE_POLL_MS,
+      // A failed claim is tried again at the shared pace whatever the idle poll's: it is no fallback.
+      backoffBaseMs: IDLE_POLL_MS,
       maxBackoffMs: MAX_BACKOFF_MS,
       anyQueued: (runClass) => anyQueued(this.db, runClass),
     });

@@ -14,6 +14,8 @@ export interface WorkerLoopsOptions {
   idlePollMs: number;
   /** The longest backoff of a loop whose claims fail. */
   maxBackoffMs: number;
+  /** The first backoff of a loop whose claim failed, doubling from there. Default: idlePollMs. */
+  backoffBaseMs?: number;
   /** Backoff jitter in [0, 1): default Math.random. */
   random?: () => number;
   /**
@@ -157,6 +159,7 @@ export class WorkerLoops {
 
   async #loop(runClass: RunClass, claim: () => Promise<RunRow | undefined>): Promise<void> {
     const { idlePollMs, maxBackoffMs } = this.#options;
+    const backoffBaseMs = this.#options.backoffBaseMs ?? idlePollMs;
     const random = this.#options.random ?? Math.random;
     let failures = 0;
     // Woken by a poll (its own, or a chain from one), not by a notify.
@@ -194,7 +197,7 @@ export class WorkerLoops {
       const pause =
         failures === 0
           ? idlePollMs
-          : Math.min(idlePollMs * 2 ** failures, maxBackoffMs) * (0.5 + random() / 2);
+          : Math.min(backoffBaseMs * 2 ** failures, maxBackoffMs) * (0.5 + random() / 2);
       polled = false;
       await new Promise<void>((resolve) => {
         let timer: ReturnType<Clock['setTimeout']> | undefined;

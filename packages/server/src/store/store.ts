@@ -25,9 +25,9 @@ const migrationsDir = new URL('../../sql/', import.meta.url);
 export interface Store {
   readonly db: Database;
   /**
-   * No other process can write this database (embedded PGlite, held by a lock file): every
-   * change comes from this process, and every notification is heard in it. Polls that stand in
-   * for another process's work, or for a missed notification, may then be far apart.
+   * No other process can write this database (embedded PGlite, held by a lock file): new work
+   * comes from this process, which wakes its own workers, and every notification is heard in it.
+   * Polls that stand in for another process's work may then be far apart.
    */
   readonly solo?: boolean;
   /** Whether the database answers now (for /readyz): a `SELECT 1` bounded in time. */

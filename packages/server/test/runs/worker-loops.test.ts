@@ -50,7 +50,10 @@ afterEach(async () => {
   for (const stop of stops.splice(0)) await stop();
 });
 
-function start(loopsByClass: [RunClass, number, Claims][]) {
+function start(
+  loopsByClass: [RunClass, number, Claims][],
+  timing: { idlePollMs?: number; backoffBaseMs?: number } = {},
+) {
   const clock = new WatchedClock();
   const executed: string[] = [];
   const loops = new WorkerLoops({
@@ -59,6 +62,7 @@ function start(loopsByClass: [RunClass, number, Claims][]) {
     idlePollMs: IDLE_POLL_MS,
     maxBackoffMs: 10_000,
     random: () => 0.5,
+    ...timing,
   });
   stops.push(async () => {
     const stopped = loops.stop();
@@ -197,6 +201,25 @@ it('a failing claim backs off however many notifies come, and stop wakes it', as
   expect(claims.calls).toHaveLength(1);
   await stops.shift()!();
   expect(claims.calls).toHaveLength(1);
+});
+
+it('with idle polls far apart (the embedded store), a failed claim still backs off from the shared pace', async () => {
+  const claims = new Claims();
+  const { loops, clock } = start([['deferred', 1, claims]], {
+    idlePollMs: IDLE_POLL_MS * 10,
+    backoffBaseMs: IDLE_POLL_MS,
+  });
+  expect(loops.idle).toBe(0);
+  const backoff = nextMove(claims, clock);
+  claims.calls[0]!.reject(new Error('database away'));
+  expect(await backoff).toBe(`slept ${IDLE_POLL_MS * 2 * 0.75} ms`);
+  // Then the claim again, which finds nothing: the loop sleeps the long idle poll.
+  const claimed = claims.nextClaim();
+  clock.advance(IDLE_POLL_MS * 2 * 0.75);
+  await claimed;
+  const slept = clock.nextSleep();
+  claims.calls[1]!.resolve(undefined);
+  expect(await slept).toBe(IDLE_POLL_MS * 10);
 });
 
 /** Starts `count` loops of one class and lets each claim find nothing: all idle. */

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { expect, it } from 'vitest';
 import { tuning } from '../../src/tuning.js';
-import { openTestStore, startTestServer } from '../helpers.js';
+import { openTestStore, startTestServer, until } from '../helpers.js';
 import { countingDatabase, type QueryCounts } from '../limits/harness.js';
 
 // An embedded store has one writer, this process: the polls that look for other processes' work
@@ -51,4 +51,38 @@ it('an idle server on the embedded store polls for work at a tenth of the shared
   const solo = await idlePolls('pglite', windowMs);
   expect(solo.workers).toBeLessThanOrEqual(2);
   expect(solo.callbacks).toBeLessThanOrEqual(1);
+});
+
+it('on the embedded store, a cap freed by the lost-runs sweep is taken at once, not at the next idle poll', async () => {
+  const t = await startTestServer({
+    settings: { deferredMaxRunningPerTenant: 1, deferredConcurrency: 1, nodeStaleMs: 2_000 },
+  });
+  const db = t.server.store.db;
+  expect(t.server.store.solo).toBe(true);
+  // A deferred run of tenant t running on a process that died: the tenant's cap (1) is full.
+  await db.query(`INSERT INTO server_nodes (id) VALUES ('node_dead')`);
+  await db.query(
+    `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, worker, started_at)
+     VALUES ('run_lost', 't', 'p', 'u', 'echo', 'deferred', 'queued', 'running', '"x"', 'node_dead', clock_timestamp())`,
+  );
+  const queued = await t.call('POST', '/agents/echo/runs', {
+    input: 'hello',
+    class: 'deferred',
+    wait: false,
+  });
+  expect(queued.status).toBe(202);
+  expect((await t.statusOf(queued.body.id as string)).status).toBe('queued');
+  // Its heartbeat goes stale: the next sweep (every 500 ms) ends its run, and nothing else
+  // announces the room (the run had no thread).
+  await db.query(
+    `UPDATE server_nodes SET heartbeat_at = clock_timestamp() - interval '1 hour' WHERE id = 'node_dead'`,
+  );
+  await until(async () => (await t.statusOf(queued.body.id as string)).status === 'succeeded', 'the run');
+  const { rows } = await db.query<{ ms: number }>(
+    `SELECT ((extract(epoch FROM q.started_at) - extract(epoch FROM l.finished_at)) * 1000)::float8 AS ms
+     FROM agent_runs q, agent_runs l WHERE q.id = $1::text AND l.id = 'run_lost'`,
+    [queued.body.id],
+  );
+  // The idle poll would have taken up to idlePollMs * soloPollFactor (5 s).
+  expect(rows[0]!.ms).toBeLessThan((tuning.idlePollMs * tuning.soloPollFactor) / 2);
 });
