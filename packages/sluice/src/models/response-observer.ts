@@ -14,7 +14,7 @@ let installed = false;
  * wrapper only looks at responses of calls made inside an observed async context. Everything
  * else passes straight through, untouched.
  *
- * Inside an observed context every HTTP response also comes back marked
+ * Inside an observed context every HTTP response that is not a 2xx also comes back marked
  * `x-should-retry: false`, which the OpenAI and Anthropic SDKs both honour before their own
  * status rules. So an SDK given `maxRetries` retries only a connection that failed before any
  * response (inside the same slot, as the spec wants), and a 429 or 5xx always reaches our
@@ -43,7 +43,8 @@ function install(): void {
       } catch {
         // An observer cannot break a request.
       }
-      return withoutSdkRetry(r);
+      // The SDKs ask whether to retry only a response that is not ok: a 2xx goes on untouched.
+      return r.ok ? r : withoutSdkRetry(r);
     });
   } as typeof fetch;
 }
