@@ -35,6 +35,25 @@ function failingPoll(db: Database): { db: Database; fail(): void } {
   };
 }
 
+/** A dispatcher on a ManualClock over that database, stopped after the test; its events logged. */
+function faultyDispatcher(db: Database, pollIntervalMs: number) {
+  const faulty = failingPoll(db);
+  const clock = new ManualClock(Date.now());
+  const events = new EventLog();
+  const dispatcher = new CallbackDispatcher({
+    db: faulty.db,
+    renderRun: renderFrom(db),
+    allowPrivate: true,
+    pollIntervalMs,
+    stopTimeoutMs: testStopTimeoutMs,
+    random: () => 1,
+    log: events.log,
+    clock,
+  });
+  afterThisTest(() => stopOn(dispatcher, clock), 'the dispatcher');
+  return { fail: faulty.fail, clock, events, dispatcher };
+}
+
 describeWith({ PostgreSQL: postgres })('CallbackDispatcher: a poll that failed', () => {
   // The embedded store polls the outbox every 10 s (no other process adds rows to it); a poll
   // that failed is no fallback: the delivery it was for is tried again at the shared pace.
@@ -43,23 +62,10 @@ describeWith({ PostgreSQL: postgres })('CallbackDispatcher: a poll that failed',
     const receiver = await startReceiver((_req, res) => {
       res.statusCode = 200;
     });
-    const faulty = failingPoll(db);
-    const clock = new ManualClock(Date.now());
-    const events = new EventLog();
-    const dispatcher = new CallbackDispatcher({
-      db: faulty.db,
-      renderRun: renderFrom(db),
-      allowPrivate: true,
-      pollIntervalMs: 10_000,
-      stopTimeoutMs: testStopTimeoutMs,
-      random: () => 1,
-      log: events.log,
-      clock,
-    });
-    afterThisTest(() => stopOn(dispatcher, clock), 'the dispatcher');
+    const { fail, clock, events, dispatcher } = faultyDispatcher(db, 10_000);
     const id = await insertRun(db, { status: 'running', callbackUrl: receiver.url });
     await endRun(db, id, 'succeeded');
-    faulty.fail();
+    fail();
     dispatcher.start();
 
     const failed = await events.next('error');
@@ -74,19 +80,8 @@ describeWith({ PostgreSQL: postgres })('CallbackDispatcher: a poll that failed',
 
   it('never waits longer than pollIntervalMs after a failure, when that is the shorter', async () => {
     const { db } = await openDatabase();
-    const faulty = failingPoll(db);
-    const clock = new ManualClock(Date.now());
-    const events = new EventLog();
-    const dispatcher = new CallbackDispatcher({
-      db: faulty.db,
-      renderRun: renderFrom(db),
-      pollIntervalMs: 200,
-      stopTimeoutMs: testStopTimeoutMs,
-      log: events.log,
-      clock,
-    });
-    afterThisTest(() => stopOn(dispatcher, clock), 'the dispatcher');
-    faulty.fail();
+    const { fail, events, dispatcher } = faultyDispatcher(db, 200);
+    fail();
     dispatcher.start();
     const failed = await events.next('error');
     expect((await events.next('idle', events.after(failed))).nextPollMs).toBe(200);
