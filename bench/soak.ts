@@ -341,7 +341,7 @@ function report(list: readonly Call[], injected: readonly FaultRecord[], allSett
   log(`refusals and errors: ${[...refusals].map(([e, n]) => `${e} ${n}`).join(', ') || 'none'}`);
   for (const f of injected)
     log(
-      `fault ${f.kind} (${f.detail}): ready again after ${f.readyAt ? `${((f.readyAt - f.startedAt) / 1000).toFixed(1)} s` : 'never'}`,
+      `fault ${f.kind} at ${new Date(f.startedAt).toISOString().slice(11, 23)} (${f.detail}): ready again after ${f.readyAt ? `${((f.readyAt - f.startedAt) / 1000).toFixed(1)} s` : 'never'}`,
     );
   const { processes, counts } = sampling.samples;
   log(

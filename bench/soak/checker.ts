@@ -271,7 +271,7 @@ export function check(history: History, runs: readonly RunRow[], caps: Caps): Ve
         changed.map((c) => `${c.kind} ${c.runId}: told ${c.final}, stored ${byId.get(c.runId!)!.status}`),
       ),
       ran_twice: note('ran_twice', ranTwice(history, byId)),
-      cap_exceeded: note('cap_exceeded', capsExceeded(history.changes, caps, history.faults)),
+      cap_exceeded: note('cap_exceeded', capsExceeded(history.changes, caps, history.faults, history.calls)),
       provider_over_limit: note(
         'provider_over_limit',
         history.providerPeak > caps.providerLimit
@@ -392,6 +392,7 @@ function checkCallbacks(
 }
 
 interface Interval {
+  runId: string;
   group: string;
   start: number;
   end: number;
@@ -427,12 +428,15 @@ interface CountedSet {
  * put it there to the change that took it out (a scheduled default-class run enters the tenant's
  * active set when it is promoted to queued, not before). The per-user cap counts held runs, whose
  * places live in the cache store: a Redis restart forgets them (docs/server.md), so a held run
- * counts only until the first Redis restart of its life.
+ * counts only until the first Redis restart of its place's life. The place is taken before the
+ * run is admitted, so that life starts when the client sent the call (its row may be written
+ * just after a restart that already forgot the place).
  */
 export function capsExceeded(
   changes: readonly StatusChange[],
   caps: Caps,
   faults: readonly FaultRecord[] = [],
+  calls: readonly Call[] = [],
 ): string[] {
   const sets: CountedSet[] = [
     {
@@ -489,20 +493,26 @@ export function capsExceeded(
         const member = set.member(c);
         if (member && openAt === undefined) openAt = c.at;
         else if (!member && openAt !== undefined) {
-          intervals.get(set.what)!.push({ group: set.group(c), start: openAt, end: c.at });
+          intervals.get(set.what)!.push({ runId: c.runId, group: set.group(c), start: openAt, end: c.at });
           openAt = undefined;
         }
       }
       if (openAt !== undefined)
-        intervals.get(set.what)!.push({ group: set.group(list[0]!), start: openAt, end: Infinity });
+        intervals
+          .get(set.what)!
+          .push({ runId: list[0]!.runId, group: set.group(list[0]!), start: openAt, end: Infinity });
     }
   }
   const restarts = faults.filter((f) => f.kind === 'redis_restart').map((f) => f.startedAt);
+  const sentAt = new Map(calls.flatMap((c) => (c.runId === undefined ? [] : [[c.runId, c.sentAt] as const])));
   intervals.set(
     'user',
-    intervals.get('user')!.map((i) => {
-      const forgotten = restarts.filter((at) => at > i.start && at < i.end);
-      return forgotten.length > 0 ? { ...i, end: Math.min(...forgotten) } : i;
+    intervals.get('user')!.flatMap((i) => {
+      const placeTaken = Math.min(i.start, sentAt.get(i.runId) ?? i.start);
+      const forgotten = restarts.filter((at) => at > placeTaken && at < i.end);
+      if (forgotten.length === 0) return [i];
+      const end = Math.min(...forgotten);
+      return end > i.start ? [{ ...i, end }] : [];
     }),
   );
   const found: string[] = [];

@@ -286,6 +286,32 @@ describe("the soak's checker", () => {
     expect(check(history({ changes, faults: [restart] }), [], caps).violations.cap_exceeded).toBe(0);
   });
 
+  it('counts a held run whose place a Redis restart forgot between its call and its row as not holding one', () => {
+    const held = (id: string, from: number, to: number) =>
+      timeline(
+        id,
+        [
+          [from, 'running'],
+          [to, 'succeeded'],
+        ],
+        { mode: 'inline' },
+      ).map((c) => ({ ...c, user: 'u', tenant: 't' }));
+    // y's call went out at 10.9, its place was taken then, Redis restarted at 11 and forgot it,
+    // and y's row was written at 11.2; z took the one place Redis then had, from 12 to 14.
+    const changes = [...held('y', 11.2, 20), ...held('z', 12, 14)];
+    const calls = [
+      call('y', { kind: 'inline', sentAt: at(10.9) }),
+      call('z', { kind: 'inline', sentAt: at(11.9) }),
+    ];
+    const restart = fault({ kind: 'redis_restart', startedAt: at(11) });
+    expect(check(history({ changes, calls, faults: [restart] }), [], caps).violations.cap_exceeded).toBe(0);
+    // Sent after the restart, y's place was not forgotten: two held at once is over the cap.
+    const later = [{ ...calls[0]!, sentAt: at(11.1) }, calls[1]!];
+    expect(
+      check(history({ changes, calls: later, faults: [restart] }), [], caps).examples.cap_exceeded,
+    ).toEqual([expect.stringMatching(/^user t\/u: 2/)]);
+  });
+
   it('counts the provider seeing more than the limit at once', () => {
     expect(check(history({ providerPeak: 5 }), [], caps).violations.provider_over_limit).toBe(1);
   });
