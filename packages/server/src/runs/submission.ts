@@ -159,9 +159,17 @@ export async function waitForRun(
   signal: AbortSignal,
   windowMs = deps.settings.syncTimeoutMs,
 ): Promise<Waited> {
-  const result = await deps.waiters.wait(run.id, { timeoutMs: windowMs, signal });
-  const current = (await getRun(deps.db, run.tenant, run.id)) ?? run;
-  return result === 'closed' ? { kind: 'draining', run: current } : waited(current);
+  const until = performance.now() + windowMs;
+  for (;;) {
+    const timeoutMs = Math.max(0, until - performance.now());
+    const result = await deps.waiters.wait(run.id, { timeoutMs, signal });
+    const current = (await getRun(deps.db, run.tenant, run.id)) ?? run;
+    if (result === 'closed') return { kind: 'draining', run: current };
+    // An end heard for an earlier stop of this run (the pause a resume answered, its NOTIFY
+    // late on a loaded server) does not end the wait: only the row says the run settled.
+    if (result === 'ended' && !isSettled(current.status) && performance.now() < until) continue;
+    return waited(current);
+  }
 }
 
 /**
