@@ -18,6 +18,7 @@ import { systemClock } from 'sluice/concurrency';
 import { settingDefaults } from '../settings.js';
 import { tuning } from '../tuning.js';
 import { fromPgPool, splitSqlStatements, toDatabase, type Database } from '@sluice/postgres/database';
+import { dropIdleOnStall } from './stalls.js';
 
 // Beside src/ and dist/ alike, so the source and the built package read the same files.
 const migrationsDir = new URL('../../sql/', import.meta.url);
@@ -107,6 +108,7 @@ function poolOf(url: string, options: StoreOptions, at: TimeoutsAt): { pool: pg.
   // An idle connection that the server ends (restart, pg_terminate_backend, a proxy's reaper)
   // is emitted here; with no listener Node would end the process.
   pool.on('error', (error) => options.onError?.(error));
+  dropIdleOnStall(pool);
   const perTransaction = Object.fromEntries(Object.entries(timeouts).map(([name, ms]) => [name, `${ms}ms`]));
   return {
     pool,

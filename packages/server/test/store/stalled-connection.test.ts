@@ -38,4 +38,31 @@ describeWith({ PostgreSQL: postgres })('a stalled database connection', () => {
     const one = await store.db.transaction((tx) => tx.query<{ one: number }>('SELECT 1 AS one'));
     expect(one.rows).toEqual([{ one: 1 }]);
   }, 60_000);
+
+  it('one statement that met the stall drops the idle connections opened before it: the next statements do not each wait out the bound', async () => {
+    const proxy = await startDatabaseProxy();
+    const store = await openStore({
+      databaseUrl: throughProxy(await freshDatabase(), proxy.port),
+      dataDir: '/nonexistent',
+      statementTimeoutMs: 300,
+      poolSize: 4,
+    });
+    afterThisTest(() => store.close());
+    // Four connections open, all idle again.
+    await Promise.all(Array.from({ length: 4 }, () => store.db.query('SELECT pg_sleep(0.05)')));
+
+    proxy.stall();
+    await expect(store.db.query('SELECT 1')).rejects.toThrow(/timeout/i);
+    // The three others went silent with it. Were they kept, each of these would take one and
+    // fail after the bound as the first did.
+    const outcomes: string[] = [];
+    for (let i = 0; i < 4; i++)
+      outcomes.push(
+        await store.db.query('SELECT 1').then(
+          () => 'answered',
+          (error: Error) => error.message,
+        ),
+      );
+    expect(outcomes).toEqual(['answered', 'answered', 'answered', 'answered']);
+  }, 60_000);
 });
