@@ -46,8 +46,13 @@ describeWith({ PostgreSQL: postgres })('a server process frozen past the stale t
     expect(answer.status).toBe(200);
     expect(answer.body).toMatchObject({ id: run!.id, status: 'failed', error: { type: 'worker_lost' } });
     expect(await lost()).toEqual({ status: 'failed', type: 'worker_lost' });
-    // A is healthy again: it serves and heartbeats.
-    expect((await send(a.url, 'GET', '/readyz')).status).toBe(200);
+    // A is healthy again: it serves and heartbeats. Its first heartbeat after the freeze may
+    // still be on its way when the caller is answered (a late heartbeat answers 503 until one
+    // is written), so A is given until it writes one.
+    await until(
+      async () => (await send(a.url, 'GET', '/readyz')).status === 200,
+      'A ready again after its heartbeat',
+    );
     a.child.kill('SIGTERM');
     b.child.kill('SIGTERM');
     expect(await a.closed).toEqual({ code: 0, signal: null });
