@@ -427,7 +427,8 @@ interface CountedSet {
  * Each cap from the timeline of status changes: a run is in a counted set from the change that
  * put it there to the change that took it out (a scheduled default-class run enters the tenant's
  * active set when it is promoted to queued, not before). The per-user cap counts held runs, whose
- * places live in the cache store: a Redis restart forgets them (docs/server.md), so a held run
+ * places live in the cache store: a Redis restart empties them until each server puts its own
+ * back (docs/server.md), and a take in between is not checked against those, so a held run
  * counts only until the first Redis restart of its place's life. The place is taken before the
  * run is admitted, so that life starts when the client sent the call (its row may be written
  * just after a restart that already forgot the place).

@@ -37,6 +37,20 @@ end
 if renewed > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return renewed`;
 
+/**
+ * Puts back places this process still holds into a Redis that restarted empty (NX: a place
+ * that is there is left as it is). No limit is asked: the runs holding them are running.
+ */
+const RECLAIM = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local added = 0
+for i = 2, #ARGV do
+  added = added + redis.call('ZADD', KEYS[1], 'NX', now + tonumber(ARGV[1]), ARGV[i])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return added`;
+
 const HIT = `
 local n = redis.call('INCR', KEYS[1])
 local left = redis.call('PTTL', KEYS[1])
@@ -58,6 +72,7 @@ type Commands = {
   sluiceTake(key: string, limit: number, leaseMs: number, member: string): Promise<[number, number]>;
   sluiceHeld(key: string): Promise<number>;
   sluiceRenew(key: string, leaseMs: number, ...members: string[]): Promise<number>;
+  sluiceReclaim(key: string, leaseMs: number, ...members: string[]): Promise<number>;
   sluiceHit(key: string, windowMs: number): Promise<[number, number]>;
 };
 
@@ -93,6 +108,10 @@ export class RedisCacheStore implements CacheStore {
   #renewing: Promise<void> | undefined;
   /** Releases sent and not yet answered: `renewNow` and `close` wait for them. */
   readonly #releasing = new Set<Promise<unknown>>();
+  /** The `run_id` of the Redis server last connected to: a new one is a restart. */
+  #serverRun: string | undefined;
+  /** The reclaim under way after a restart, if any (`reclaimed` waits for it). */
+  #reclaiming: Promise<void> | undefined;
 
   private constructor(redis: Redis, leaseMs: number) {
     this.#redis = redis as Redis & Commands;
@@ -100,6 +119,7 @@ export class RedisCacheStore implements CacheStore {
     redis.defineCommand('sluiceTake', { numberOfKeys: 1, lua: TAKE });
     redis.defineCommand('sluiceHeld', { numberOfKeys: 1, lua: HELD });
     redis.defineCommand('sluiceRenew', { numberOfKeys: 1, lua: RENEW });
+    redis.defineCommand('sluiceReclaim', { numberOfKeys: 1, lua: RECLAIM });
     redis.defineCommand('sluiceHit', { numberOfKeys: 1, lua: HIT });
     redis.defineCommand('sluiceCount', { numberOfKeys: 1, lua: COUNT });
   }
@@ -138,6 +158,8 @@ export class RedisCacheStore implements CacheStore {
       });
     }
     const store = new RedisCacheStore(redis, leaseMs);
+    store.#serverRun = await serverRunOf(redis).catch(() => undefined);
+    redis.on('ready', () => void store.#afterReconnect());
     // The timer skips a tick while a renewal is still under way (Redis slow or away) rather than
     // queueing one more behind it for every tick.
     store.#renewal = setInterval(
@@ -197,6 +219,32 @@ export class RedisCacheStore implements CacheStore {
     await renewing;
   }
 
+  /**
+   * A reconnect to a Redis that restarted (its `run_id` changed) finds the places empty when it
+   * kept nothing on disk: this process's places are put back at once, so that the users'
+   * runs still held here count again. Between the restart and this, takes elsewhere may have
+   * gone past a cap by as many as came in that gap; without it, every place held across the
+   * restart would go uncounted until its run ended. A reconnect to the same server (a network
+   * blip) changes nothing: renewals go on, and a lease that ran out meanwhile stays out.
+   */
+  async #afterReconnect(): Promise<void> {
+    const run = await serverRunOf(this.#redis).catch(() => undefined);
+    if (run === undefined || run === this.#serverRun) return;
+    this.#serverRun = run;
+    const reclaiming = (this.#reclaiming = Promise.all(
+      [...this.#held].map(([key, members]) =>
+        this.#redis.sluiceReclaim(`place:${key}`, this.leaseMs, ...members).catch(() => 0),
+      ),
+    ).then(() => undefined));
+    await reclaiming;
+    if (this.#reclaiming === reclaiming) this.#reclaiming = undefined;
+  }
+
+  /** The reclaim after a restart, when one is under way. */
+  async reclaimed(): Promise<void> {
+    await this.#reclaiming;
+  }
+
   async #renewAll(): Promise<void> {
     await Promise.all(
       [...this.#held].map(([key, members]) =>
@@ -248,6 +296,12 @@ export class RedisCacheStore implements CacheStore {
     ]);
     await this.#redis.quit().catch(() => this.#redis.disconnect());
   }
+}
+
+/** The `run_id` of the Redis server on the other end: a new one each time it starts. */
+async function serverRunOf(redis: Redis): Promise<string | undefined> {
+  const info = await redis.info('server');
+  return /^run_id:(\w+)/m.exec(info)?.[1];
 }
 
 /** The URL without its password, for messages. */

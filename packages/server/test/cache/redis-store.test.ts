@@ -30,6 +30,52 @@ async function redisNow(client: Awaited<ReturnType<typeof rawClient>>): Promise<
   return Number(s) * 1000 + Math.floor(Number(us) / 1000);
 }
 
+/** A redis-server of this test's own, with nothing on disk: `kill` is a crash, `start` brings it back empty. */
+async function throwawayRedis() {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-redis-throwaway-'));
+  afterThisTest(async () => rmSync(dir, { recursive: true, force: true }));
+  const port = await new Promise<number>((resolve) => {
+    const probe = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as AddressInfo;
+      probe.close(() => resolve(port));
+    });
+  });
+  let exited: Promise<unknown> = Promise.resolve();
+  let child: ReturnType<typeof spawn> | undefined;
+  const start = () => {
+    child = spawn(
+      '/usr/bin/redis-server',
+      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
+      { stdio: 'ignore' },
+    );
+    exited = once(child, 'exit');
+  };
+  const kill = async () => {
+    if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    await exited;
+  };
+  afterThisTest(kill);
+  start();
+  const url = `redis://127.0.0.1:${port}`;
+  return {
+    url,
+    kill,
+    start,
+    /** A store on it, once it answers. */
+    async openStore(): Promise<RedisCacheStore> {
+      for (let i = 0; i < 100; i++) {
+        const store = await RedisCacheStore.open({ url }).catch(() => undefined);
+        if (store) {
+          afterThisTest(() => store.close());
+          return store;
+        }
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      throw new Error('the throwaway redis-server did not start');
+    },
+  };
+}
+
 describeWith({ Redis: redis })('the Redis cache store against a real redis-server', () => {
   it('two stores (two server processes) share one cap: of 40 takes at once, exactly the limit succeed', async () => {
     const url = await redisDatabase(1);
@@ -152,35 +198,10 @@ describeWith({ Redis: redis })('the Redis cache store against a real redis-serve
   });
 
   it('a Redis that goes away: requests that need it get 503 cache_unavailable with Retry-After, not a 500 and not an unchecked admission', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'sluice-redis-gone-'));
-    afterThisTest(async () => rmSync(dir, { recursive: true, force: true }));
-    const port = await new Promise<number>((resolve) => {
-      const probe = createServer().listen(0, '127.0.0.1', () => {
-        const { port } = probe.address() as AddressInfo;
-        probe.close(() => resolve(port));
-      });
-    });
-    const child = spawn(
-      '/usr/bin/redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
-      { stdio: 'ignore' },
-    );
-    const exited = once(child, 'exit');
-    afterThisTest(async () => {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-      await exited;
-    });
-    let store: RedisCacheStore | undefined;
-    for (let i = 0; i < 100 && !store; i++) {
-      store = await RedisCacheStore.open({ url: `redis://127.0.0.1:${port}` }).catch(
-        () => new Promise<undefined>((r) => setTimeout(() => r(undefined), 50)),
-      );
-    }
-    if (!store) throw new Error('the throwaway redis-server did not start');
-    afterThisTest(() => store.close());
+    const server = await throwawayRedis();
+    const store = await server.openStore();
     expect((await store.take('k', 1)).ok).toBe(true);
-    child.kill('SIGKILL');
-    await exited;
+    await server.kill();
     for (const attempt of [() => store.take('k', 1), () => store.count('a'), () => store.hit('a', 1000)]) {
       const error = await attempt().then(
         () => undefined,
@@ -193,6 +214,31 @@ describeWith({ Redis: redis })('the Redis cache store against a real redis-serve
       expect(answer.body().error.type).toBe('cache_unavailable');
       expect(answer.headers['retry-after']).toBe('5');
     }
+  });
+
+  it('a Redis restarted empty gets back the places the live processes hold: a user at the cap stays at it', async () => {
+    const server = await throwawayRedis();
+    const holder = await server.openStore();
+    const key = placeKeys.heldRuns('t', 'u');
+    const first = await holder.take(key, 2);
+    const second = await holder.take(key, 2);
+    expect([first.ok, second.ok]).toEqual([true, true]);
+
+    await server.kill();
+    server.start();
+    // A process that connects after the restart sees the user's two places again once the
+    // holder has reconnected to the new server: a third is refused.
+    const other = await server.openStore();
+    await until(
+      async () => (await holder.held(key).catch(() => 0)) === 2,
+      'the places back after the restart',
+    );
+    await holder.reclaimed();
+    expect(await other.take(key, 2)).toEqual({ ok: false, held: 2 });
+    // Given back, a place is free again for the other process.
+    if (first.ok) first.release();
+    await holder.renewNow();
+    expect((await other.take(key, 2)).ok).toBe(true);
   });
 
   it('a connection to Redis that goes silent (no reset): a request gets 503 after the command timeout, and the store opens a new connection', async () => {
