@@ -28,6 +28,7 @@ import { threadRoutes } from './routes/threads.js';
 import { fileRoutes } from './routes/files.js';
 import { triggerRoutes, webhookRoutes } from './routes/triggers.js';
 import { TICK_CHECK_MS, TriggerTicker } from './triggers/ticker.js';
+import { TickWatch } from './triggers/tick-watch.js';
 import { openAiRoutes } from './openai/routes.js';
 import { pruneGatewayUsage } from './gateway/accounting.js';
 import { createGateways } from './gateway/index.js';
@@ -228,7 +229,9 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   events.on((event) => {
     if (event.kind === 'callback') callbacks.notify();
   });
+  const triggerTicks = new TickWatch(store.solo === true);
   const ctx: RouteContext = {
+    triggerTicks,
     principals,
     db,
     config,
@@ -254,8 +257,8 @@ export async function createApp(options: AppOptions): Promise<ServerApp> {
   };
 
   const now = options.now ?? (() => clock.now());
-  const triggers = new TriggerTicker(ctx, now, log);
-  upkeep.addJob('triggers', TICK_CHECK_MS, () => triggers.tickNow());
+  const triggers = new TriggerTicker(ctx, now, log, triggerTicks);
+  upkeep.addJob('triggers', TICK_CHECK_MS, () => triggers.check());
   upkeep.addJob('stream-events', tuning.pruneStreamsEveryMs, () =>
     pruneEvents(db, settings.streamRetentionMs, tuning.upkeepBatch),
   );

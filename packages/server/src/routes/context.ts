@@ -1,3 +1,4 @@
+import type { TickWatch } from '../triggers/tick-watch.js';
 import type { Database } from '@sluice/postgres/database';
 import type { Principals } from '../http/principals.js';
 import type { Clock } from 'sluice/concurrency';
@@ -32,4 +33,6 @@ export interface RouteContext {
   readonly admissions?: AdmissionHooks;
   /** Whether the provider requests of a tenant's agent wait for slots now (a queued run's `waiting`). */
   readonly providerWaiting?: (tenant: string, agent: string) => boolean;
+  /** Told of each schedule trigger made here, so that a ticker sleeping till the next tick wakes for it. */
+  readonly triggerTicks?: TickWatch;
 }

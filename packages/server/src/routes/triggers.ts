@@ -119,6 +119,7 @@ export function triggerRoutes(api: FastifyInstance, ctx: RouteContext): void {
           },
         );
       const secret = generateSigningSecret();
+      const nextTickMs = body.schedule === undefined ? undefined : nextTick(body.schedule, ctx.clock.now());
       const trigger = await insertTrigger(db, {
         tenant: who.tenant,
         project: who.project,
@@ -127,10 +128,11 @@ export function triggerRoutes(api: FastifyInstance, ctx: RouteContext): void {
         agent: body.agent,
         class: body.class ?? 'default',
         schedule: body.schedule?.trim(),
-        nextTickMs: body.schedule === undefined ? undefined : nextTick(body.schedule, ctx.clock.now()),
+        nextTickMs,
         input: body.input,
         secret,
       });
+      ctx.triggerTicks?.made(nextTickMs);
       // The only time the secret is shown: list and get never carry it.
       return reply.status(201).send({ ...toApiTrigger(trigger, request), secret });
     },

@@ -132,6 +132,14 @@ export async function dueTriggers(db: SqlClient, nowMs: number, limit: number): 
   ).rows;
 }
 
+/** The earliest next tick of any schedule trigger, epoch ms; null when there is none. */
+export async function earliestTick(db: SqlClient): Promise<number | null> {
+  const { rows } = await db.query<{ at: number | null }>(
+    `SELECT (extract(epoch FROM min(next_tick_at)) * 1000)::float8 AS at FROM triggers WHERE schedule IS NOT NULL`,
+  );
+  return rows[0]?.at ?? null;
+}
+
 /**
  * Claims a tick: its row, and the trigger's latest tick moved to it. Throws a unique violation
  * when another process made it first (its transaction, run included, is then rolled back).

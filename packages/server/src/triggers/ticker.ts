@@ -3,18 +3,20 @@ import type { RouteContext } from '../routes/context.js';
 import { latestTick, nextTick } from './cron.js';
 import { tuning } from '../tuning.js';
 import { queueTriggerRun } from './runs.js';
+import { TickWatch } from './tick-watch.js';
 import {
   isUniqueViolation,
   pruneTicks,
   recordTick,
   dueTriggers,
+  earliestTick,
   tickMade,
   type TriggerRow,
 } from './store.js';
 
 type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: object) => void;
 
-/** How often each process looks for ticks that have come. */
+/** How often each process looks for ticks that have come (on a solo store, only when one may have: TickWatch). */
 export const TICK_CHECK_MS = 1_000;
 /** Due schedule triggers taken in one pass; more wait for the next pass, longest due first. */
 const PASS_LIMIT = 10_000;
@@ -37,7 +39,16 @@ export class TriggerTicker {
     private readonly ctx: RouteContext,
     private readonly now: () => number,
     private readonly log: Log = () => undefined,
+    /** When to look (tick-watch.ts); without one, every check looks. */
+    private readonly watch: TickWatch = new TickWatch(false),
   ) {}
+
+  /** The upkeep loop's check: looks only when a tick may have come (see TickWatch). */
+  async check(nowMs = this.now()): Promise<number> {
+    if (this.watch.due(nowMs)) return this.tickNow(nowMs);
+    await this.#prune(nowMs);
+    return 0;
+  }
 
   /** Makes the runs of the ticks that have come by `nowMs`; returns how many it made. */
   async tickNow(nowMs = this.now()): Promise<number> {
@@ -49,12 +60,19 @@ export class TriggerTicker {
         this.log('warn', 'schedule tick failed', { trigger: trigger.id, error: String(error) });
       }
     }
-    if (nowMs - this.#lastPrune > PRUNE_EVERY_MS) {
-      this.#lastPrune = nowMs;
-      await pruneTicks(this.ctx.db, KEEP_TICKS_MS);
+    if (this.watch.solo) {
+      const begun = this.watch.begin();
+      this.watch.read(begun, await earliestTick(this.ctx.db));
     }
+    await this.#prune(nowMs);
     if (made > 0) this.ctx.executor.notify();
     return made;
+  }
+
+  async #prune(nowMs: number): Promise<void> {
+    if (nowMs - this.#lastPrune <= PRUNE_EVERY_MS) return;
+    this.#lastPrune = nowMs;
+    await pruneTicks(this.ctx.db, KEEP_TICKS_MS);
   }
 
   async #tick(trigger: TriggerRow, nowMs: number): Promise<boolean> {
