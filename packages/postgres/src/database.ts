@@ -182,6 +182,13 @@ export function fromPgPool(pool: PgPoolLike, poolOptions: PgPoolOptions = {}): D
         await client.query('COMMIT');
         return result;
       } catch (error) {
+        // A statement whose answer never came (the driver's `query_timeout`): the connection
+        // has gone silent, and a ROLLBACK sent on it would wait out the same bound. It is
+        // dropped instead; the server ends the transaction when the session goes.
+        if ((error as Error | undefined)?.message === 'Query read timeout') {
+          broken = error as Error;
+          throw error;
+        }
         try {
           await client.query('ROLLBACK');
         } catch (rollbackError) {

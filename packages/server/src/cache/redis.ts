@@ -112,6 +112,10 @@ export class RedisCacheStore implements CacheStore {
   #serverRun: string | undefined;
   /** The reclaim under way after a restart, if any (`reclaimed` waits for it). */
   #reclaiming: Promise<void> | undefined;
+  /** The restarted server whose reclaim has not gone through yet (tried again at each renewal). */
+  #owed: string | undefined;
+  /** The last reconnect could not read the server's `run_id`: the next renewal asks again. */
+  #runUnchecked = false;
 
   private constructor(redis: Redis, leaseMs: number) {
     this.#redis = redis as Redis & Commands;
@@ -159,6 +163,7 @@ export class RedisCacheStore implements CacheStore {
     }
     const store = new RedisCacheStore(redis, leaseMs);
     store.#serverRun = await serverRunOf(redis).catch(() => undefined);
+    store.#runUnchecked = store.#serverRun === undefined;
     redis.on('ready', () => void store.#afterReconnect());
     // The timer skips a tick while a renewal is still under way (Redis slow or away) rather than
     // queueing one more behind it for every tick.
@@ -229,13 +234,31 @@ export class RedisCacheStore implements CacheStore {
    */
   async #afterReconnect(): Promise<void> {
     const run = await serverRunOf(this.#redis).catch(() => undefined);
+    // Not known now: the next renewal asks again.
+    this.#runUnchecked = run === undefined;
     if (run === undefined || run === this.#serverRun) return;
+    // A server never seen before this store's first look is not a restart it can tell apart
+    // from a blip: nothing is brought back (a lease that ran out stays out).
+    if (this.#serverRun !== undefined) this.#owed = run;
     this.#serverRun = run;
+    await this.#reclaimOwed();
+  }
+
+  /** Puts the places back after a restart; one that fails is tried again at the next renewal. */
+  async #reclaimOwed(): Promise<void> {
+    if (this.#reclaiming) return this.#reclaiming;
+    const owed = this.#owed;
+    if (owed === undefined) return;
     const reclaiming = (this.#reclaiming = Promise.all(
       [...this.#held].map(([key, members]) =>
-        this.#redis.sluiceReclaim(`place:${key}`, this.leaseMs, ...members).catch(() => 0),
+        this.#redis.sluiceReclaim(`place:${key}`, this.leaseMs, ...members),
       ),
-    ).then(() => undefined));
+    ).then(
+      () => {
+        if (this.#owed === owed) this.#owed = undefined;
+      },
+      () => undefined,
+    ));
     await reclaiming;
     if (this.#reclaiming === reclaiming) this.#reclaiming = undefined;
   }
@@ -246,6 +269,8 @@ export class RedisCacheStore implements CacheStore {
   }
 
   async #renewAll(): Promise<void> {
+    if (this.#runUnchecked) await this.#afterReconnect();
+    else await this.#reclaimOwed();
     await Promise.all(
       [...this.#held].map(([key, members]) =>
         this.#redis.sluiceRenew(`place:${key}`, this.leaseMs, ...members).catch(() => 0),

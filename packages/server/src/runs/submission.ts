@@ -160,14 +160,29 @@ export async function waitForRun(
   windowMs = deps.settings.syncTimeoutMs,
 ): Promise<Waited> {
   const until = performance.now() + windowMs;
+  const left = () => Math.max(0, until - performance.now());
+  let heard = deps.waiters.wait(run.id, { timeoutMs: windowMs, signal });
   for (;;) {
-    const timeoutMs = Math.max(0, until - performance.now());
-    const result = await deps.waiters.wait(run.id, { timeoutMs, signal });
-    const current = (await getRun(deps.db, run.tenant, run.id)) ?? run;
+    const result = await heard;
+    // An end heard for an earlier stop of this run (the pause a resume answered, heard late on
+    // a loaded server) does not end the wait: only the row says the run settled. The next wait
+    // is in place before the row is read, so an end that comes meanwhile is not missed.
+    const next = result === 'ended' && left() > 0 ? new AbortController() : undefined;
+    if (next)
+      heard = deps.waiters.wait(run.id, {
+        timeoutMs: left(),
+        signal: AbortSignal.any([signal, next.signal]),
+      });
+    let current: RunRow;
+    try {
+      current = (await getRun(deps.db, run.tenant, run.id)) ?? run;
+    } catch (error) {
+      next?.abort();
+      throw error;
+    }
     if (result === 'closed') return { kind: 'draining', run: current };
-    // An end heard for an earlier stop of this run (the pause a resume answered, its NOTIFY
-    // late on a loaded server) does not end the wait: only the row says the run settled.
-    if (result === 'ended' && !isSettled(current.status) && performance.now() < until) continue;
+    if (next && !isSettled(current.status)) continue;
+    next?.abort();
     return waited(current);
   }
 }

@@ -12,6 +12,11 @@ const isReadTimeout = (error: unknown): boolean =>
  * them (then peers declare the process gone and fail its runs while it is answering ready).
  * So when one statement meets that, every idle connection is dropped at once; the next
  * statements open new ones. Connections in use are left to their own bound.
+ *
+ * Behind a pooler in transaction mode a single statement has only the role's statement timeout
+ * (docs/deploy.md): without one, a statement merely slow past the bound (or queued that long in
+ * the pooler) drops the idle connections too. Those are connections to the pooler, which are
+ * cheap to open again.
  */
 export function dropIdleOnStall(pool: pg.Pool): void {
   const open = new Set<pg.PoolClient>();
