@@ -427,12 +427,14 @@ interface CountedSet {
  * Each cap from the timeline of status changes: a run is in a counted set from the change that
  * put it there to the change that took it out (a scheduled default-class run enters the tenant's
  * active set when it is promoted to queued, not before). The per-user cap counts held runs, whose
- * places live in the cache store: a Redis restart empties them until each server puts its own
- * back (docs/server.md), and a take in between is not checked against those, so a held run
- * counts only until the first Redis restart of its place's life. The place is taken before the
- * run is admitted, so that life starts when the client sent the call (its row may be written
- * just after a restart that already forgot the place).
+ * places live in the cache store: a Redis restart empties them until each server reconnects and
+ * puts its own back (docs/server.md). A held run across a restart counts all along; a take made
+ * before the places are back is not checked against them, so a held run whose call was sent in
+ * a restart's gap (`RESTART_GAP_MS`) is left out of the count.
  */
+/** A Redis restart's gap, around its start: a second before, ten after (or its window's end). */
+export const RESTART_GAP_MS = { before: 1_000, after: 10_000 };
+
 export function capsExceeded(
   changes: readonly StatusChange[],
   caps: Caps,
@@ -504,16 +506,20 @@ export function capsExceeded(
           .push({ runId: list[0]!.runId, group: set.group(list[0]!), start: openAt, end: Infinity });
     }
   }
-  const restarts = faults.filter((f) => f.kind === 'redis_restart').map((f) => f.startedAt);
+  // A restart's gap: from a moment before it (a call sent then may take its place after it) to
+  // when every server has surely reconnected and put its places back.
+  const gaps = faults
+    .filter((f) => f.kind === 'redis_restart')
+    .map((f) => ({
+      from: f.startedAt - RESTART_GAP_MS.before,
+      to: Math.max(f.endsAt, f.startedAt + RESTART_GAP_MS.after),
+    }));
   const sentAt = new Map(calls.flatMap((c) => (c.runId === undefined ? [] : [[c.runId, c.sentAt] as const])));
   intervals.set(
     'user',
-    intervals.get('user')!.flatMap((i) => {
-      const placeTaken = Math.min(i.start, sentAt.get(i.runId) ?? i.start);
-      const forgotten = restarts.filter((at) => at > placeTaken && at < i.end);
-      if (forgotten.length === 0) return [i];
-      const end = Math.min(...forgotten);
-      return end > i.start ? [{ ...i, end }] : [];
+    intervals.get('user')!.filter((i) => {
+      const sent = sentAt.get(i.runId) ?? i.start;
+      return !gaps.some((gap) => sent >= gap.from && sent <= gap.to);
     }),
   );
   const found: string[] = [];
