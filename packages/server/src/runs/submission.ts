@@ -12,7 +12,7 @@ import { admitRun, mayStartEarly, userRetryAfterMs, type WithRun } from './admis
 import { provisionalRow, type EarlyStart } from './early-start.js';
 import type { Executor } from './executor.js';
 import { StopSignal } from './run-execution.js';
-import { isSettled, type RunClass } from './lifecycle.js';
+import type { RunClass } from './lifecycle.js';
 import type { TenantLimits } from './policy.js';
 import type { Refusal } from './refusal.js';
 import { RunRefusedError, invalidInput, type RunRefusal } from './refused.js';
@@ -20,6 +20,9 @@ import { runConfig, type ClientConfig } from './run-config.js';
 import { getRun, newRunId, type NewRun, type RunRow } from './store.js';
 import { keptOnThread, undoingThread, type OpenedThread } from './opened-thread.js';
 import type { RunWaiters } from './waiters.js';
+import { waited, waitForRun, type Waited } from './wait-for-run.js';
+
+export { waitForRun, type Waited } from './wait-for-run.js';
 
 export { onOpenedThread, type OpenedThread } from './opened-thread.js';
 
@@ -90,15 +93,6 @@ export interface RunRequest {
 /** The client-gone signal, or its maker: made only when first needed (most refusals never need it). */
 export type ClientGone = AbortSignal | (() => AbortSignal);
 
-/** Where a run stands when its waiting caller is answered. */
-export type Waited =
-  /** It ended, or it waits for a person. */
-  | { kind: 'settled'; run: RunRow }
-  /** The window passed first: it goes on. */
-  | { kind: 'pending'; run: RunRow }
-  /** This process began draining meanwhile: the run goes on elsewhere. */
-  | { kind: 'draining'; run: RunRow };
-
 export interface HeldRun {
   run: RunRow;
   /** Settles once `play` has and the user's place is given back; rejects as `play` does. */
@@ -146,44 +140,6 @@ export async function submitAndWait(
     return await waitForRun(deps, run, signalOf(options.signal), options.windowMs);
   } finally {
     release();
-  }
-}
-
-/**
- * Holds a caller until a queued run settles, at most the sync window; the run as it stands
- * then. For a run that is queued already (a resumed one).
- */
-export async function waitForRun(
-  deps: Pick<SubmissionDeps, 'db' | 'waiters' | 'settings'>,
-  run: RunRow,
-  signal: AbortSignal,
-  windowMs = deps.settings.syncTimeoutMs,
-): Promise<Waited> {
-  const until = performance.now() + windowMs;
-  const left = () => Math.max(0, until - performance.now());
-  let heard = deps.waiters.wait(run.id, { timeoutMs: windowMs, signal });
-  for (;;) {
-    const result = await heard;
-    // An end heard for an earlier stop of this run (the pause a resume answered, heard late on
-    // a loaded server) does not end the wait: only the row says the run settled. The next wait
-    // is in place before the row is read, so an end that comes meanwhile is not missed.
-    const next = result === 'ended' && left() > 0 ? new AbortController() : undefined;
-    if (next)
-      heard = deps.waiters.wait(run.id, {
-        timeoutMs: left(),
-        signal: AbortSignal.any([signal, next.signal]),
-      });
-    let current: RunRow;
-    try {
-      current = (await getRun(deps.db, run.tenant, run.id)) ?? run;
-    } catch (error) {
-      next?.abort();
-      throw error;
-    }
-    if (result === 'closed') return { kind: 'draining', run: current };
-    if (next && !isSettled(current.status)) continue;
-    next?.abort();
-    return waited(current);
   }
 }
 
@@ -247,8 +203,6 @@ export async function submitInline(
 }
 
 const signalOf = (gone: ClientGone): AbortSignal => (typeof gone === 'function' ? gone() : gone);
-
-const waited = (run: RunRow): Waited => ({ kind: isSettled(run.status) ? 'settled' : 'pending', run });
 
 const noop = () => undefined;
 

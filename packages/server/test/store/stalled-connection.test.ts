@@ -9,17 +9,23 @@ import { afterThisTest, freshDatabase, postgres, startDatabaseProxy, throughProx
 // ends the statement there, but its answer never comes back; the pool's connections hung one
 // by one, and the server never answered /readyz 200 again.
 
+/** A store on a fresh database behind a proxy that can stall, its statements bounded at 300 ms. */
+async function storeBehindProxy(poolSize: number) {
+  const proxy = await startDatabaseProxy();
+  const store = await openStore({
+    databaseUrl: throughProxy(await freshDatabase(), proxy.port),
+    dataDir: '/nonexistent',
+    statementTimeoutMs: 300,
+    poolSize,
+  });
+  afterThisTest(() => store.close());
+  return { proxy, store };
+}
+
 describeWith({ PostgreSQL: postgres })('a stalled database connection', () => {
   it('a statement on a connection gone silent fails soon after the statement timeout, and the next goes through a new connection', async () => {
-    const proxy = await startDatabaseProxy();
-    const store = await openStore({
-      databaseUrl: throughProxy(await freshDatabase(), proxy.port),
-      dataDir: '/nonexistent',
-      statementTimeoutMs: 300,
-      // One connection: the next statement can only go through a new one once it is dropped.
-      poolSize: 1,
-    });
-    afterThisTest(() => store.close());
+    // One connection: the next statement can only go through a new one once it is dropped.
+    const { proxy, store } = await storeBehindProxy(1);
     await store.db.query('SELECT 1');
 
     proxy.stall();
@@ -41,14 +47,7 @@ describeWith({ PostgreSQL: postgres })('a stalled database connection', () => {
   }, 60_000);
 
   it('one statement that met the stall drops the idle connections opened before it: the next statements do not each wait out the bound', async () => {
-    const proxy = await startDatabaseProxy();
-    const store = await openStore({
-      databaseUrl: throughProxy(await freshDatabase(), proxy.port),
-      dataDir: '/nonexistent',
-      statementTimeoutMs: 300,
-      poolSize: 4,
-    });
-    afterThisTest(() => store.close());
+    const { proxy, store } = await storeBehindProxy(4);
     // Four connections open, all idle again.
     await Promise.all(Array.from({ length: 4 }, () => store.db.query('SELECT pg_sleep(0.05)')));
 
