@@ -9,13 +9,17 @@ import { afterThisTest, freshDatabase, postgres, startDatabaseProxy, throughProx
 // ends the statement there, but its answer never comes back; the pool's connections hung one
 // by one, and the server never answered /readyz 200 again.
 
-/** A store on a fresh database behind a proxy that can stall, its statements bounded at 300 ms. */
+/**
+ * A store on a fresh database behind a proxy that can stall, its statements bounded at 1 s (the
+ * warm-up's 50 ms sleeps must stay well inside it on a loaded machine: at 300 ms one ran past it
+ * once in a full CI run).
+ */
 async function storeBehindProxy(poolSize: number) {
   const proxy = await startDatabaseProxy();
   const store = await openStore({
     databaseUrl: throughProxy(await freshDatabase(), proxy.port),
     dataDir: '/nonexistent',
-    statementTimeoutMs: 300,
+    statementTimeoutMs: 1000,
     poolSize,
   });
   afterThisTest(() => store.close());
