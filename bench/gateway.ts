@@ -68,6 +68,13 @@ function start(
   });
 }
 
+/** The server process's CPU time so far, in µs (user and system). */
+async function cpuOf(child: ChildProcess): Promise<number> {
+  const answer = once(child, 'message') as Promise<[{ type: string; us: number }]>;
+  child.send({ type: 'cpu' });
+  return (await answer)[0].us;
+}
+
 async function stop(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null) return;
   const exited = once(child, 'exit');
@@ -164,10 +171,22 @@ async function main(): Promise<void> {
       r % 2 === 0 ? (['direct', 'gateway'] as const) : (['gateway', 'direct'] as const);
     for (const kind of ['json', 'stream'] as const)
       for (const mode of ['direct', 'gateway'] as const) await load(clients[mode], kind, WARMUP);
+    // The server's CPU time spent on the gateway's rounds, per kind: what one request costs its
+    // process, steadier than a latency on a shared machine.
+    const serverCpuUs = { json: 0, stream: 0 };
+    const timed = async (mode: Mode, kind: Kind, run: () => Promise<Sample>): Promise<Sample> => {
+      if (mode === 'direct') return run();
+      const before = await cpuOf(server.child);
+      const sample = await run();
+      serverCpuUs[kind] += (await cpuOf(server.child)) - before;
+      return sample;
+    };
     for (let r = 0; r < ROUNDS; r++)
       for (const kind of ['json', 'stream'] as const)
         for (const mode of turns(r))
-          saturated[`${mode}_${kind}`].push(await load(clients[mode], kind, PER_ROUND));
+          saturated[`${mode}_${kind}`].push(
+            await timed(mode, kind, () => load(clients[mode], kind, PER_ROUND)),
+          );
 
     const figures = (all: Sample[]) => {
       const latencies = all.flatMap((s) => s.latencies);
@@ -188,7 +207,9 @@ async function main(): Promise<void> {
     for (let r = 0; r < ROUNDS; r++)
       for (const kind of ['json', 'stream'] as const)
         for (const mode of turns(r))
-          pacedSamples[`${mode}_${kind}`].push(await paced(clients[mode], kind, rates[kind], PER_ROUND));
+          pacedSamples[`${mode}_${kind}`].push(
+            await timed(mode, kind, () => paced(clients[mode], kind, rates[kind], PER_ROUND)),
+          );
     const pace = Object.fromEntries(keys.map((k) => [k, figures(pacedSamples[k])])) as Record<
       Key,
       ReturnType<typeof figures>
@@ -218,11 +239,17 @@ async function main(): Promise<void> {
       json: sat.gateway_json.rps / sat.direct_json.rps,
       stream: sat.gateway_stream.rps / sat.direct_stream.rps,
     };
+    // Each kind went through the gateway in both phases.
+    const cpuPerRequest = {
+      json: serverCpuUs.json / (2 * ROUNDS * PER_ROUND),
+      stream: serverCpuUs.stream / (2 * ROUNDS * PER_ROUND),
+    };
     const perChunkUs = (Math.max(0, added.stream_p50 - added.json_p50) * 1000) / CHUNKS;
     console.log(
       `added p50 ${added.json_p50.toFixed(2)} ms (stream ${added.stream_p50.toFixed(2)}), added p99 ${added.json_p99.toFixed(2)} ms ` +
         `(stream ${added.stream_p99.toFixed(2)}); throughput vs direct ${throughput.json.toFixed(2)} (stream ${throughput.stream.toFixed(2)}); ` +
-        `per streamed chunk ${perChunkUs.toFixed(1)} µs added; load average ${loadavg()[0]!.toFixed(1)}`,
+        `per streamed chunk ${perChunkUs.toFixed(1)} µs added; the server's CPU per request ${cpuPerRequest.json.toFixed(0)} µs ` +
+        `(stream ${cpuPerRequest.stream.toFixed(0)}); load average ${loadavg()[0]!.toFixed(1)}`,
     );
     console.log(
       JSON.stringify({
@@ -249,6 +276,8 @@ async function main(): Promise<void> {
             sat.gateway_stream.p99 - sat.direct_stream.p99,
           ),
         ),
+        server_cpu_us_per_request_json: round(cpuPerRequest.json, 0),
+        server_cpu_us_per_request_stream: round(cpuPerRequest.stream, 0),
         pace: PACE,
         paced_rate_json: round(rates.json, 0),
         paced_rate_stream: round(rates.stream, 0),

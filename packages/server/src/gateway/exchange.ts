@@ -1,9 +1,11 @@
-import type { ClientRequest, IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
 import type { TokenCounts } from 'sluice';
 import type { GatewayApi } from './config.js';
 import type { GatewayError } from './errors.js';
 import { leaseLost, upstreamUnreachable } from './errors.js';
 import { callerHeaders, isEventStream } from './headers.js';
+import { asIncomingHeaders } from './upstream.js';
 import { jsonUsageReader, sseUsageReader } from './usage.js';
 
 /** How one upstream exchange ended. */
@@ -41,105 +43,114 @@ export function writeError(
 }
 
 /**
- * Pipes one upstream response to the caller: status, headers, then each chunk as it comes
- * (the caller's socket's backpressure pauses the upstream), reading the usage from a copy.
- * Three things stop it early, each at once: the caller leaving (`cut`), the slot's lease
- * being lost (`lost`), the drain's time running out (`cut` again). Resolves when the response
- * has ended, one way or another; never rejects.
+ * Sends one request upstream (`send` hands `handler` to the pool) and pipes its response to the
+ * caller: status, headers, then each chunk as it comes (the caller's socket's backpressure
+ * pauses the upstream), reading the usage from a copy. Three things stop it early, each at
+ * once: the caller leaving (`cut`), the slot's lease being lost (`lost`), the drain's time
+ * running out (`cut` again). Resolves when the response has ended, one way or another; never
+ * rejects.
  */
 export function pipeExchange(
-  upstream: ClientRequest,
+  send: (handler: Dispatcher.DispatchHandler) => void,
   response: ServerResponse,
   options: {
     api: GatewayApi;
     requestId: string;
     lost?: AbortSignal;
-    body: Buffer | undefined;
     /** A stale kept-alive socket ends the exchange as `stale` (to be sent again) instead of a 502. */
     staleRetry?: boolean;
     /** The clock `answeredAt` is read from. */
     now?: () => number;
   },
-): { done: Promise<ExchangeEnd>; cut: () => void; answered: () => boolean } {
+): { done: Promise<ExchangeEnd>; cut: () => void } {
   const { api, requestId, lost } = options;
   let finish!: (end: ExchangeEnd) => void;
   const done = new Promise<ExchangeEnd>((resolve) => (finish = resolve));
   let ended = false;
-  let reply: IncomingMessage | undefined;
+  let controller: Dispatcher.DispatchController | undefined;
+  let status: number | undefined;
+  let headers: IncomingHttpHeaders | undefined;
   let answeredAt: number | undefined;
   let usage: ReturnType<typeof jsonUsageReader> | undefined;
-  const end = (outcome: ExchangeEnd['outcome'], status: number) => {
+  const end = (outcome: ExchangeEnd['outcome'], answered: number) => {
     if (ended) return;
     ended = true;
     lost?.removeEventListener('abort', onLost);
-    finish({ outcome, status, headers: reply?.headers, answeredAt, usage: usage?.end() });
+    finish({ outcome, status: answered, headers, answeredAt, usage: usage?.end() });
+  };
+  // Stops the upstream request: its connection is closed now (or, not yet started, it never
+  // is: `onRequestStart` sees it ended).
+  const stopUpstream = () => {
+    if (controller && !controller.aborted) controller.abort(new Error('the gateway request ended'));
   };
   // The caller left, or the drain cut it off: the upstream request stops in this same turn.
   const cut = () => {
-    upstream.destroy();
+    stopUpstream();
     if (!response.writableFinished) response.destroy();
-    end('cancelled', reply?.statusCode ?? 499);
+    end('cancelled', status ?? 499);
   };
   const onLost = () => {
-    upstream.destroy();
+    stopUpstream();
     if (!response.headersSent) writeError(response, api, leaseLost(), requestId);
     else response.destroy();
-    end('failed', reply?.statusCode ?? 503);
+    end('failed', status ?? 503);
   };
   if (lost?.aborted) queueMicrotask(onLost);
   else lost?.addEventListener('abort', onLost, { once: true });
 
-  upstream.on('response', (incoming) => {
-    if (ended) return void incoming.destroy();
-    reply = incoming;
-    answeredAt = options.now?.();
-    const stream = isEventStream(incoming.headers);
-    usage = stream ? sseUsageReader() : jsonUsageReader();
-    const reader = usage;
-    response.writeHead(incoming.statusCode ?? 502, callerHeaders(incoming.headers, requestId, stream));
-    // The headers go out now, before the first event: a client sees the stream open.
-    if (stream) response.flushHeaders();
-    incoming.on('data', (chunk: Buffer) => {
-      reader.push(chunk);
+  send({
+    onRequestStart(started) {
+      controller = started;
+      if (ended) stopUpstream();
+    },
+    onResponseStart(_controller, statusCode, raw) {
+      // An informational answer (103 Early Hints): the real one follows.
+      if (ended || statusCode < 200) return;
+      status = statusCode;
+      headers = asIncomingHeaders(raw);
+      answeredAt = options.now?.();
+      const stream = isEventStream(headers);
+      usage = stream ? sseUsageReader() : jsonUsageReader();
+      response.writeHead(statusCode, callerHeaders(headers, requestId, stream));
+      // The headers go out now, before the first event: a client sees the stream open.
+      if (stream) response.flushHeaders();
+    },
+    onResponseData(flow, chunk) {
+      if (ended || !usage) return;
+      usage.push(chunk);
       if (!response.write(chunk)) {
-        incoming.pause();
-        response.once('drain', () => incoming.resume());
+        flow.pause();
+        response.once('drain', () => flow.resume());
       }
-    });
-    incoming.once('end', () => {
+    },
+    onResponseEnd() {
       if (ended) return;
       response.end();
-      end('completed', incoming.statusCode ?? 502);
-    });
-    // The upstream cut its response short: the caller's is cut too, so it cannot take a part
-    // for the whole.
-    incoming.once('aborted', () => {
-      response.destroy();
-      end('failed', incoming.statusCode ?? 502);
-    });
-    incoming.once('error', () => {
-      response.destroy();
-      end('failed', incoming.statusCode ?? 502);
-    });
+      end('completed', status ?? 502);
+    },
+    onResponseError(_controller, error: Error & { code?: string; socket?: { bytesRead?: number } | null }) {
+      if (ended) return;
+      // The upstream cut its response short: the caller's is cut too, so it cannot take a part
+      // for the whole.
+      if (status !== undefined) {
+        response.destroy();
+        return end('failed', status);
+      }
+      // Closed under the request before any answer, on a socket that had served others (the
+      // upstream's idle timeout, racing it), or reset (the request was not read: a reset
+      // comes from a socket closed with data unread): the upstream did not take it.
+      const stale =
+        error.code === 'ECONNRESET' ||
+        (error.code === 'UND_ERR_SOCKET' && (error.socket?.bytesRead ?? 0) > 0);
+      if (options.staleRetry && stale && !response.destroyed) {
+        ended = true;
+        lost?.removeEventListener('abort', onLost);
+        finish({ outcome: 'failed', status: 502, headers: undefined, usage: undefined, stale: true });
+        return;
+      }
+      writeError(response, api, upstreamUnreachable(), requestId);
+      end('failed', 502);
+    },
   });
-  upstream.once('error', (error: NodeJS.ErrnoException) => {
-    if (ended) return;
-    if (
-      options.staleRetry &&
-      upstream.reusedSocket &&
-      reply === undefined &&
-      error.code === 'ECONNRESET' &&
-      !response.destroyed
-    ) {
-      ended = true;
-      lost?.removeEventListener('abort', onLost);
-      finish({ outcome: 'failed', status: 502, headers: undefined, usage: undefined, stale: true });
-      return;
-    }
-    if (!response.headersSent) writeError(response, api, upstreamUnreachable(), requestId);
-    else response.destroy();
-    end('failed', reply?.statusCode ?? 502);
-  });
-  upstream.end(options.body);
-  return { done, cut, answered: () => reply !== undefined };
+  return { done, cut };
 }

@@ -185,20 +185,27 @@ export class Gateways {
       let end: ExchangeEnd;
       // A kept-alive socket the upstream closed meanwhile fails before any answer: once more on a new one.
       for (let attempt = 0; ; attempt++) {
-        const upstream = this.#pools.request(
-          gateway,
-          call.request.method ?? 'GET',
-          call.path,
-          upstreamHeaders(gateway, call.request.headers, call.body?.length ?? (model ? 0 : undefined)),
-        );
-        const piped = pipeExchange(upstream, call.response, {
-          api: gateway.api,
-          requestId: call.requestId,
-          lost: slot?.signal,
+        const request = {
+          method: call.request.method ?? 'GET',
+          path: call.path,
+          headers: upstreamHeaders(
+            gateway,
+            call.request.headers,
+            call.body?.length ?? (model ? 0 : undefined),
+          ),
           body: call.body,
-          now: () => clock.now(),
-          ...(attempt === 0 ? { staleRetry: true } : {}),
-        });
+        };
+        const piped = pipeExchange(
+          (handler) => this.#pools.dispatch(gateway, request, handler),
+          call.response,
+          {
+            api: gateway.api,
+            requestId: call.requestId,
+            lost: slot?.signal,
+            now: () => clock.now(),
+            ...(attempt === 0 ? { staleRetry: true } : {}),
+          },
+        );
         open.cut = piped.cut;
         if (gone.aborted) piped.cut();
         end = await piped.done;
