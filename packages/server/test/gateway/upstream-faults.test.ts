@@ -103,6 +103,7 @@ it('an informational answer first, then the real one; a header sent twice reache
   expect(answer.headers.get('x-ratelimit-remaining-requests')).toBe('7, 9');
   expect(await answer.text()).toBe(body);
   expect(upstream.requests()).toBe(1);
+  await slotsBack();
 }, 120_000);
 
 it('an upstream that is not listening: 502 in each shape, and the slot comes back', async () => {
