@@ -5,7 +5,7 @@ import type { GatewayApi } from './config.js';
 import type { GatewayError } from './errors.js';
 import { leaseLost, upstreamUnreachable } from './errors.js';
 import { callerHeaders, isEventStream } from './headers.js';
-import { asIncomingHeaders } from './upstream.js';
+import { asIncomingHeaders, wasReused, type UpstreamSocketError } from './upstream.js';
 import { jsonUsageReader, sseUsageReader } from './usage.js';
 
 /** How one upstream exchange ended. */
@@ -128,7 +128,7 @@ export function pipeExchange(
       response.end();
       end('completed', status ?? 502);
     },
-    onResponseError(_controller, error: Error & { code?: string; socket?: { bytesRead?: number } | null }) {
+    onResponseError(_controller, error: UpstreamSocketError) {
       if (ended) return;
       // The upstream cut its response short: the caller's is cut too, so it cannot take a part
       // for the whole.
@@ -136,12 +136,9 @@ export function pipeExchange(
         response.destroy();
         return end('failed', status);
       }
-      // Closed under the request before any answer, on a socket that had served others (the
-      // upstream's idle timeout, racing it), or reset (the request was not read: a reset
-      // comes from a socket closed with data unread): the upstream did not take it.
-      const stale =
-        error.code === 'ECONNRESET' ||
-        (error.code === 'UND_ERR_SOCKET' && (error.socket?.bytesRead ?? 0) > 0);
+      // Closed or reset under the request before any answer, on a socket that had carried
+      // answers before: the upstream's idle timeout raced the request, and did not take it.
+      const stale = (error.code === 'ECONNRESET' || error.code === 'UND_ERR_SOCKET') && wasReused(error);
       if (options.staleRetry && stale && !response.destroyed) {
         ended = true;
         lost?.removeEventListener('abort', onLost);

@@ -1,5 +1,5 @@
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
-import { Pool, type Dispatcher } from 'undici';
+import { buildConnector, Pool, type Dispatcher } from 'undici';
 import type { ResolvedGateway } from './config.js';
 
 /** One request to a gateway's upstream, as the gateway sends it. */
@@ -31,6 +31,7 @@ export class UpstreamPools {
         // lease already bound the request.
         headersTimeout: 0,
         bodyTimeout: 0,
+        connect: markingReuse(buildConnector({ timeout: 10_000 })),
       });
       this.#pools.set(gateway.name, pool);
     }
@@ -55,6 +56,36 @@ export class UpstreamPools {
     this.#pools.clear();
   }
 }
+
+/**
+ * An error of an upstream socket, marked with how many bytes the socket had read when it came:
+ * more than none means it had carried an answer before (it was reused), since an exchange that
+ * fails this way had no answer of its own. undici hands a reset over as the socket's own error,
+ * with nothing of the socket on it.
+ */
+export type UpstreamSocketError = Error & {
+  code?: string;
+  /** undici's `SocketError` (a close under the request): the socket's figures. */
+  socket?: { bytesRead?: number } | null;
+  /** Any other error of the socket: its bytes read when the error came (`markingReuse`). */
+  bytesReadBefore?: number;
+};
+
+function markingReuse(connect: buildConnector.connector): buildConnector.connector {
+  return (options, callback) =>
+    connect(options, (...result) => {
+      const socket = result[1];
+      // Added before undici's own listener, so the error it passes on carries the mark.
+      socket?.on('error', (error: UpstreamSocketError) => {
+        error.bytesReadBefore ??= socket.bytesRead;
+      });
+      callback(...result);
+    });
+}
+
+/** Whether an upstream socket that failed had carried an answer before this request. */
+export const wasReused = (error: UpstreamSocketError): boolean =>
+  (error.socket?.bytesRead ?? error.bytesReadBefore ?? 0) > 0;
 
 /** undici takes header values as text (or lists of it). */
 function asStrings(headers: OutgoingHttpHeaders): Record<string, string | string[]> {

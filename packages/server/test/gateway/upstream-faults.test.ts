@@ -64,6 +64,21 @@ it('a new connection closed after the request was read, with no answer: 502 in t
   await slotsBack();
 }, 120_000);
 
+it('a new connection reset after the request was read: 502, and the request is not sent again', async () => {
+  // A reset, as a proxy in front of a provider may send after taking the request: only a
+  // connection that had carried answers before is worth a second try.
+  const upstream = await upstreamOf((req) => req.socket.resetAndDestroy());
+  const { s, slotsBack } = await gatewayBefore(upstream.url);
+  const client = s.openai(await s.token({ tenant: 'reset' }));
+  const failed = await client.chat.completions.create(ask).then(
+    () => undefined,
+    (error: unknown) => error,
+  );
+  expect((failed as APIError).status).toBe(502);
+  expect(upstream.requests()).toBe(1);
+  await slotsBack();
+}, 120_000);
+
 it('an answer cut short by the upstream is cut short for the caller too, never ended as if whole', async () => {
   const body = completion('a whole answer');
   const upstream = await upstreamOf((_req, res) => {
