@@ -5,7 +5,7 @@ import type { GatewayApi } from './config.js';
 import type { GatewayError } from './errors.js';
 import { leaseLost, upstreamUnreachable } from './errors.js';
 import { callerHeaders, isEventStream } from './headers.js';
-import { asIncomingHeaders, wasReused, type UpstreamSocketError } from './upstream.js';
+import { asIncomingHeaders, untaken, type UpstreamSocketError } from './upstream.js';
 import { jsonUsageReader, sseUsageReader } from './usage.js';
 
 /** How one upstream exchange ended. */
@@ -136,9 +136,9 @@ export function pipeExchange(
         response.destroy();
         return end('failed', status);
       }
-      // Closed or reset under the request before any answer, on a socket that had carried
-      // answers before: the upstream's idle timeout raced the request, and did not take it.
-      const stale = (error.code === 'ECONNRESET' || error.code === 'UND_ERR_SOCKET') && wasReused(error);
+      // Closed or reset under the request with no byte of an answer, on a socket that had
+      // carried answers before: the upstream's idle timeout raced the request, and did not take it.
+      const stale = (error.code === 'ECONNRESET' || error.code === 'UND_ERR_SOCKET') && untaken(error);
       if (options.staleRetry && stale && !response.destroyed) {
         ended = true;
         lost?.removeEventListener('abort', onLost);

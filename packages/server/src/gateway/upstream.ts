@@ -19,6 +19,7 @@ export interface UpstreamRequest {
  */
 export class UpstreamPools {
   readonly #pools = new Map<string, Pool>();
+  #closed = false;
 
   #poolOf(gateway: ResolvedGateway): Pool {
     let pool = this.#pools.get(gateway.name);
@@ -31,9 +32,15 @@ export class UpstreamPools {
         // lease already bound the request.
         headersTimeout: 0,
         bodyTimeout: 0,
+        // Idle connections are kept a minute when the upstream gives no `Keep-Alive: timeout`
+        // (undici's default is 4 s, so a quiet tenant would pay a handshake per request). An
+        // upstream that closes one sooner races a request at worst, which is sent again.
+        keepAliveTimeout: 60_000,
         connect: markingReuse(buildConnector({ timeout: 10_000 })),
       });
-      this.#pools.set(gateway.name, pool);
+      // Once closed, a request still on its way (a retry) meets a closed pool and fails (502).
+      if (this.#closed) void pool.destroy().catch(() => undefined);
+      else this.#pools.set(gateway.name, pool);
     }
     return pool;
   }
@@ -52,40 +59,63 @@ export class UpstreamPools {
   }
 
   close(): void {
+    this.#closed = true;
     for (const pool of this.#pools.values()) void pool.destroy().catch(() => undefined);
     this.#pools.clear();
   }
 }
 
 /**
- * An error of an upstream socket, marked with how many bytes the socket had read when it came:
- * more than none means it had carried an answer before (it was reused), since an exchange that
- * fails this way had no answer of its own. undici hands a reset over as the socket's own error,
- * with nothing of the socket on it.
+ * An error of an upstream socket, marked by the pool's connector (`markingReuse`) with the
+ * socket's bytes read: when its first request was written, when the request now on it was
+ * written, and when the error came.
  */
 export type UpstreamSocketError = Error & {
   code?: string;
-  /** undici's `SocketError` (a close under the request): the socket's figures. */
-  socket?: { bytesRead?: number } | null;
-  /** Any other error of the socket: its bytes read when the error came (`markingReuse`). */
-  bytesReadBefore?: number;
+  upstreamRead?: { atFirstWrite: number; atWrite: number; atError: number };
 };
 
+/**
+ * Every socket of the pool marks its errors with its bytes read (see `UpstreamSocketError`):
+ * undici hands a reset over as the socket's own error, and a close as its `SocketError`, both
+ * through the socket's `error` event, with nothing on them that tells a reused socket from a
+ * new one. Counted from the first write, so a TLS handshake's bytes are not taken for an answer.
+ */
 function markingReuse(connect: buildConnector.connector): buildConnector.connector {
   return (options, callback) =>
     connect(options, (...result) => {
       const socket = result[1];
-      // Added before undici's own listener, so the error it passes on carries the mark.
-      socket?.on('error', (error: UpstreamSocketError) => {
-        error.bytesReadBefore ??= socket.bytesRead;
-      });
+      if (socket) {
+        let atFirstWrite: number | undefined;
+        let atWrite = 0;
+        const write = socket.write;
+        socket.write = function (this: typeof socket, ...args: Parameters<typeof write>) {
+          atWrite = socket.bytesRead;
+          atFirstWrite ??= atWrite;
+          return write.apply(this, args);
+        } as typeof write;
+        // Added before undici's own listener, so the error it passes on carries the mark.
+        socket.on('error', (error: UpstreamSocketError) => {
+          error.upstreamRead ??= {
+            atFirstWrite: atFirstWrite ?? atWrite,
+            atWrite,
+            atError: socket.bytesRead,
+          };
+        });
+      }
       callback(...result);
     });
 }
 
-/** Whether an upstream socket that failed had carried an answer before this request. */
-export const wasReused = (error: UpstreamSocketError): boolean =>
-  (error.socket?.bytesRead ?? error.bytesReadBefore ?? 0) > 0;
+/**
+ * Whether the upstream cannot have taken the request a socket failed under: the socket had
+ * carried answers before the request was written (a kept-alive one, closed by the upstream's
+ * idle timeout as the request went out), and nothing of an answer came after it, not even a 1xx.
+ */
+export const untaken = (error: UpstreamSocketError): boolean => {
+  const read = error.upstreamRead;
+  return read !== undefined && read.atWrite > read.atFirstWrite && read.atError === read.atWrite;
+};
 
 /** undici takes header values as text (or lists of it). */
 function asStrings(headers: OutgoingHttpHeaders): Record<string, string | string[]> {

@@ -79,6 +79,48 @@ it('a new connection reset after the request was read: 502, and the request is n
   await slotsBack();
 }, 120_000);
 
+it('a new connection that began an answer and then failed: 502, and the request is not sent again', async () => {
+  // Each of these upstreams read the request and started answering: it may have run it.
+  const beginnings = {
+    'a 103, then a crash': 'HTTP/1.1 103 Early Hints\r\nlink: </a>; rel=preload\r\n\r\n',
+    'half a status line, then a crash': 'HTTP/1.1 200 OK\r\ncontent-type: appl',
+    // undici refuses an unasked-for 100 (it fails the socket): 502, where Node's client went on.
+    'an unasked-for 100, then a whole answer': `HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}`,
+  };
+  for (const [name, bytes] of Object.entries(beginnings)) {
+    const upstream = await upstreamOf((req) => {
+      req.socket.write(bytes);
+      setTimeout(() => req.socket.destroy(), 20);
+    });
+    const { s, slotsBack } = await gatewayBefore(upstream.url);
+    const client = s.openai(await s.token({ tenant: 'began' }));
+    const failed = await client.chat.completions.create(ask).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    expect({ name, status: (failed as APIError | undefined)?.status }).toEqual({ name, status: 502 });
+    expect({ name, requests: upstream.requests() }).toEqual({ name, requests: 1 });
+    await slotsBack();
+  }
+}, 120_000);
+
+it('a kept-alive connection reset under the next request (the idle-timeout race): sent again once, answered', async () => {
+  const served = new WeakSet<object>();
+  const upstream = await upstreamOf((req, res) => {
+    if (served.has(req.socket)) return void req.socket.resetAndDestroy();
+    served.add(req.socket);
+    res
+      .writeHead(200, { 'content-type': 'application/json' })
+      .end(completion(`answer ${upstream.requests()}`));
+  });
+  const { s, slotsBack } = await gatewayBefore(upstream.url);
+  const client = s.openai(await s.token({ tenant: 'race' }));
+  expect((await client.chat.completions.create(ask)).choices[0]!.message.content).toBe('answer 1');
+  expect((await client.chat.completions.create(ask)).choices[0]!.message.content).toBe('answer 3');
+  expect(upstream.requests()).toBe(3);
+  await slotsBack();
+}, 120_000);
+
 it('an answer cut short by the upstream is cut short for the caller too, never ended as if whole', async () => {
   const body = completion('a whole answer');
   const upstream = await upstreamOf((_req, res) => {
