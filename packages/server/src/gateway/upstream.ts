@@ -14,8 +14,9 @@ export interface UpstreamRequest {
 /**
  * The connections to each gateway's upstream: one keep-alive pool per gateway (undici's), so a
  * request pays no TCP (or TLS) handshake. undici rather than `http.request`: it hands over the
- * response's bytes as they are read, with no stream object per response, and costs a fifth
- * less of the process's time per request (measured with `npm run bench:gateway`).
+ * response's bytes as they are read, with no stream object per response. A bare proxy spends a
+ * fifth less of its time per request with it; in the whole gateway the saving was within the
+ * spread of `npm run bench:gateway`'s runs (docs/benchmarks.md).
  */
 export class UpstreamPools {
   readonly #pools = new Map<string, Pool>();
