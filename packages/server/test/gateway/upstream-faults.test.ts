@@ -49,34 +49,36 @@ async function gatewayBefore(upstream: string) {
 
 const ask = { model: 'm', messages: [{ role: 'user' as const, content: 'q' }] };
 
-it('a new connection closed after the request was read, with no answer: 502 in the API shape, and the request is not sent again', async () => {
-  // The upstream took the request and went away (a crash): sending it again could run it twice.
-  const upstream = await upstreamOf((req) => req.socket.destroy());
+/**
+ * One chat completion through a gateway in front of an upstream that fails as `handle` does:
+ * what the openai client threw, and how many requests reached the upstream, once every slot is back.
+ */
+async function askFailing(handle: (req: IncomingMessage, res: ServerResponse) => void) {
+  const upstream = await upstreamOf(handle);
   const { s, slotsBack } = await gatewayBefore(upstream.url);
-  const client = s.openai(await s.token({ tenant: 'crash' }));
+  const client = s.openai(await s.token({ tenant: 'failing' }));
   const failed = await client.chat.completions.create(ask).then(
     () => undefined,
     (error: unknown) => error,
   );
+  await slotsBack();
+  return { failed, requests: upstream.requests() };
+}
+
+it('a new connection closed after the request was read, with no answer: 502 in the API shape, and the request is not sent again', async () => {
+  // The upstream took the request and went away (a crash): sending it again could run it twice.
+  const { failed, requests } = await askFailing((req) => req.socket.destroy());
   expect(failed).toBeInstanceOf(APIError);
   expect((failed as APIError).status).toBe(502);
-  expect(upstream.requests()).toBe(1);
-  await slotsBack();
+  expect(requests).toBe(1);
 }, 120_000);
 
 it('a new connection reset after the request was read: 502, and the request is not sent again', async () => {
   // A reset, as a proxy in front of a provider may send after taking the request: only a
   // connection that had carried answers before is worth a second try.
-  const upstream = await upstreamOf((req) => req.socket.resetAndDestroy());
-  const { s, slotsBack } = await gatewayBefore(upstream.url);
-  const client = s.openai(await s.token({ tenant: 'reset' }));
-  const failed = await client.chat.completions.create(ask).then(
-    () => undefined,
-    (error: unknown) => error,
-  );
+  const { failed, requests } = await askFailing((req) => req.socket.resetAndDestroy());
   expect((failed as APIError).status).toBe(502);
-  expect(upstream.requests()).toBe(1);
-  await slotsBack();
+  expect(requests).toBe(1);
 }, 120_000);
 
 it('a new connection that began an answer and then failed: 502, and the request is not sent again', async () => {
@@ -88,19 +90,12 @@ it('a new connection that began an answer and then failed: 502, and the request 
     'an unasked-for 100, then a whole answer': `HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}`,
   };
   for (const [name, bytes] of Object.entries(beginnings)) {
-    const upstream = await upstreamOf((req) => {
+    const { failed, requests } = await askFailing((req) => {
       req.socket.write(bytes);
       setTimeout(() => req.socket.destroy(), 20);
     });
-    const { s, slotsBack } = await gatewayBefore(upstream.url);
-    const client = s.openai(await s.token({ tenant: 'began' }));
-    const failed = await client.chat.completions.create(ask).then(
-      () => undefined,
-      (error: unknown) => error,
-    );
     expect({ name, status: (failed as APIError | undefined)?.status }).toEqual({ name, status: 502 });
-    expect({ name, requests: upstream.requests() }).toEqual({ name, requests: 1 });
-    await slotsBack();
+    expect({ name, requests }).toEqual({ name, requests: 1 });
   }
 }, 120_000);
 
