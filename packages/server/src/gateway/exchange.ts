@@ -71,6 +71,7 @@ export function pipeExchange(
   let status: number | undefined;
   let headers: IncomingHttpHeaders | undefined;
   let answeredAt: number | undefined;
+  let wrote = false;
   let usage: ReturnType<typeof jsonUsageReader> | undefined;
   const end = (outcome: ExchangeEnd['outcome'], answered: number) => {
     if (ended) return;
@@ -112,11 +113,16 @@ export function pipeExchange(
       const stream = isEventStream(headers);
       usage = stream ? sseUsageReader() : jsonUsageReader();
       response.writeHead(statusCode, callerHeaders(headers, requestId, stream));
-      // The headers go out now, before the first event: a client sees the stream open.
-      if (stream) response.flushHeaders();
+      // A stream's headers go out before its first event, so a client sees it open: with the
+      // events that came in the same read as them (one write), or alone once that read is done.
+      if (stream)
+        process.nextTick(() => {
+          if (!wrote && !ended && !response.destroyed) response.flushHeaders();
+        });
     },
     onResponseData(flow, chunk) {
       if (ended || !usage) return;
+      wrote = true;
       usage.push(chunk);
       if (!response.write(chunk)) {
         flow.pause();

@@ -96,6 +96,40 @@ it('SSE passes through chunk by chunk, unbuffered, with X-Accel-Buffering: no; t
   ]);
 }, 240_000);
 
+it('a stream whose upstream sends only its headers is open at the caller before the first event', async () => {
+  // The gateway sends a stream's headers with the events that came in the same read; when none
+  // came, it must send them alone, or a caller waits for the first event to see the stream open.
+  const first = deferred<void>();
+  const server = createServer((req, res) => {
+    req.resume();
+    req.once('end', () => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.flushHeaders();
+      void first.promise.then(() => res.end(event(chunk('late'))));
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  afterThisTest(() => {
+    server.closeAllConnections();
+    return new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  const s = await startGatewayServer({
+    upstream: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`,
+  });
+  const token = await s.token({ tenant: 'opened' });
+  // fetch resolves on the response's headers: the upstream has sent no event yet.
+  const answer = await fetch(`${s.baseUrl('openai')}/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: '{"stream":true}',
+  });
+  expect(answer.status).toBe(200);
+  expect(answer.headers.get('x-accel-buffering')).toBe('no');
+  first.resolve();
+  expect(await answer.text()).toBe(event(chunk('late')));
+}, 240_000);
+
 it('the body of a JSON answer is the upstream body, byte for byte', async () => {
   const body =
     '{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"é ✓"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2}}  \n';
