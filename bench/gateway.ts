@@ -2,8 +2,13 @@
  * The provider gateway's cost: the official `openai` client, 64 calls at once, against the
  * stand-in directly and through the gateway, non-streamed and streamed, in one run. The
  * stand-in and the server each run in a process of their own (as in production, the gateway's
- * work is not on the client's or the provider's event loop). Direct and gateway rounds take
- * turns, so a shared machine's changes in load fall on both sides alike.
+ * work is not on the client's or the provider's event loop). The sides' rounds take turns, so a
+ * shared machine's changes in load fall on every side alike.
+ *
+ * A third side is the floor under any gateway: a bare proxy of a few lines (gateway/bare-proxy.ts,
+ * node:http and undici, nothing else) in a process of its own, measured in the same rounds. What
+ * it adds over direct is what one more process and two more loopback hops cost on this machine;
+ * what the gateway adds over it is the gateway's own work.
  *
  * Two phases per kind (non-streamed, streamed):
  * - saturated: 64 calls at once, each starting when the last ended; gives requests per second
@@ -41,7 +46,7 @@ const PACE = paceAt > 0 ? Number(process.argv[paceAt + 1]) : 0.5;
 if (!(PACE > 0 && PACE <= 1))
   throw new Error(`--pace takes a fraction in (0, 1], got ${process.argv[paceAt + 1]}`);
 
-type Mode = 'direct' | 'gateway';
+type Mode = 'direct' | 'gateway' | 'bare';
 type Kind = 'json' | 'stream';
 interface Sample {
   latencies: number[];
@@ -154,6 +159,7 @@ const round = (n: number, digits = 3) => Number(n.toFixed(digits));
 async function main(): Promise<void> {
   const provider = await start('./gateway/stand-in.ts', { CHUNKS: String(CHUNKS) });
   const server = await start('./gateway/server.ts', { UPSTREAM: provider.ready.url! });
+  const bare = await start('./gateway/bare-proxy.ts', { UPSTREAM: provider.ready.url! });
   try {
     const clients: Record<Mode, OpenAI> = {
       direct: new OpenAI({ apiKey: 'sk-bench-upstream', baseURL: provider.ready.url, maxRetries: 0 }),
@@ -162,23 +168,37 @@ async function main(): Promise<void> {
         baseURL: `${server.ready.url}/api/client/v1/gateway/openai`,
         maxRetries: 0,
       }),
+      bare: new OpenAI({ apiKey: 'sk-bench-upstream', baseURL: bare.ready.url, maxRetries: 0 }),
     };
     type Key = `${Mode}_${Kind}`;
-    const keys: Key[] = ['direct_json', 'gateway_json', 'direct_stream', 'gateway_stream'];
+    const keys: Key[] = [
+      'direct_json',
+      'gateway_json',
+      'bare_json',
+      'direct_stream',
+      'gateway_stream',
+      'bare_stream',
+    ];
     const saturated = Object.fromEntries(keys.map((k) => [k, [] as Sample[]])) as Record<Key, Sample[]>;
     const pacedSamples = Object.fromEntries(keys.map((k) => [k, [] as Sample[]])) as Record<Key, Sample[]>;
-    const turns = (r: number) =>
-      r % 2 === 0 ? (['direct', 'gateway'] as const) : (['gateway', 'direct'] as const);
+    // The three sides in a rotating order, so none is always first after the other two.
+    const orders = [
+      ['direct', 'gateway', 'bare'],
+      ['gateway', 'bare', 'direct'],
+      ['bare', 'direct', 'gateway'],
+    ] as const;
+    const turns = (r: number) => orders[r % orders.length]!;
     for (const kind of ['json', 'stream'] as const)
-      for (const mode of ['direct', 'gateway'] as const) await load(clients[mode], kind, WARMUP);
-    // The server's CPU time spent on the gateway's rounds, per kind: what one request costs its
-    // process, steadier than a latency on a shared machine.
-    const serverCpuUs = { json: 0, stream: 0 };
+      for (const mode of ['direct', 'gateway', 'bare'] as const) await load(clients[mode], kind, WARMUP);
+    // The CPU time the gateway's process (and the bare proxy's) spent on its rounds, per kind:
+    // what one request costs it, steadier than a latency on a shared machine.
+    const cpuUs = { gateway: { json: 0, stream: 0 }, bare: { json: 0, stream: 0 } };
     const timed = async (mode: Mode, kind: Kind, run: () => Promise<Sample>): Promise<Sample> => {
       if (mode === 'direct') return run();
-      const before = await cpuOf(server.child);
+      const child = mode === 'gateway' ? server.child : bare.child;
+      const before = await cpuOf(child);
       const sample = await run();
-      serverCpuUs[kind] += (await cpuOf(server.child)) - before;
+      cpuUs[mode][kind] += (await cpuOf(child)) - before;
       return sample;
     };
     for (let r = 0; r < ROUNDS; r++)
@@ -239,10 +259,28 @@ async function main(): Promise<void> {
       json: sat.gateway_json.rps / sat.direct_json.rps,
       stream: sat.gateway_stream.rps / sat.direct_stream.rps,
     };
-    // Each kind went through the gateway in both phases.
-    const cpuPerRequest = {
-      json: serverCpuUs.json / (2 * ROUNDS * PER_ROUND),
-      stream: serverCpuUs.stream / (2 * ROUNDS * PER_ROUND),
+    // Each kind went through the gateway and the bare proxy in both phases.
+    const perRequest = (us: { json: number; stream: number }) => ({
+      json: us.json / (2 * ROUNDS * PER_ROUND),
+      stream: us.stream / (2 * ROUNDS * PER_ROUND),
+    });
+    const cpuPerRequest = perRequest(cpuUs.gateway);
+    const bareCpuPerRequest = perRequest(cpuUs.bare);
+    const bareAdded = {
+      json_p50: pace.bare_json.p50 - pace.direct_json.p50,
+      json_p99: pace.bare_json.p99 - pace.direct_json.p99,
+      stream_p50: pace.bare_stream.p50 - pace.direct_stream.p50,
+      stream_p99: pace.bare_stream.p99 - pace.direct_stream.p99,
+    };
+    const overBare = {
+      p50: Math.max(
+        pace.gateway_json.p50 - pace.bare_json.p50,
+        pace.gateway_stream.p50 - pace.bare_stream.p50,
+      ),
+      p99: Math.max(
+        pace.gateway_json.p99 - pace.bare_json.p99,
+        pace.gateway_stream.p99 - pace.bare_stream.p99,
+      ),
     };
     const perChunkUs = (Math.max(0, added.stream_p50 - added.json_p50) * 1000) / CHUNKS;
     console.log(
@@ -250,6 +288,12 @@ async function main(): Promise<void> {
         `(stream ${added.stream_p99.toFixed(2)}); throughput vs direct ${throughput.json.toFixed(2)} (stream ${throughput.stream.toFixed(2)}); ` +
         `per streamed chunk ${perChunkUs.toFixed(1)} µs added; the server's CPU per request ${cpuPerRequest.json.toFixed(0)} µs ` +
         `(stream ${cpuPerRequest.stream.toFixed(0)}); load average ${loadavg()[0]!.toFixed(1)}`,
+    );
+    console.log(
+      `the bare proxy: added p50 ${bareAdded.json_p50.toFixed(2)} ms (stream ${bareAdded.stream_p50.toFixed(2)}), ` +
+        `added p99 ${bareAdded.json_p99.toFixed(2)} ms (stream ${bareAdded.stream_p99.toFixed(2)}); CPU per request ` +
+        `${bareCpuPerRequest.json.toFixed(0)} µs (stream ${bareCpuPerRequest.stream.toFixed(0)}); the gateway over it: ` +
+        `p50 ${overBare.p50.toFixed(2)} ms, p99 ${overBare.p99.toFixed(2)} ms (the worse kind)`,
     );
     console.log(
       JSON.stringify({
@@ -278,6 +322,15 @@ async function main(): Promise<void> {
         ),
         server_cpu_us_per_request_json: round(cpuPerRequest.json, 0),
         server_cpu_us_per_request_stream: round(cpuPerRequest.stream, 0),
+        bare_added_p50_ms: round(Math.max(bareAdded.json_p50, bareAdded.stream_p50)),
+        bare_added_p99_ms: round(Math.max(bareAdded.json_p99, bareAdded.stream_p99)),
+        bare_throughput_vs_direct: round(
+          Math.min(sat.bare_json.rps / sat.direct_json.rps, sat.bare_stream.rps / sat.direct_stream.rps),
+        ),
+        bare_cpu_us_per_request_json: round(bareCpuPerRequest.json, 0),
+        bare_cpu_us_per_request_stream: round(bareCpuPerRequest.stream, 0),
+        gateway_over_bare_p50_ms: round(overBare.p50),
+        gateway_over_bare_p99_ms: round(overBare.p99),
         pace: PACE,
         paced_rate_json: round(rates.json, 0),
         paced_rate_stream: round(rates.stream, 0),
@@ -288,7 +341,7 @@ async function main(): Promise<void> {
       }),
     );
   } finally {
-    await Promise.all([stop(server.child), stop(provider.child)]);
+    await Promise.all([stop(server.child), stop(bare.child), stop(provider.child)]);
   }
 }
 
