@@ -11,6 +11,11 @@
  *     same streams through a second server process that numbers its events but stores none
  *     (`storeRunEvents: false`), side by side in the same run.
  *
+ * A third path is the floor under any server between a client and its provider: the same stand-in
+ * stream through a bare proxy of a few lines (gateway/bare-proxy.ts: node:http and undici, in a
+ * process of its own). What it adds to the first text is what one more process and two more
+ * loopback hops cost on this machine, whatever that server does.
+ *
  * The peer is the provider stand-in of @sluice/testkit answering an OpenAI-compatible
  * `POST /chat/completions` with `stream: true`, read with fetch: what a client talking to the
  * provider itself would see. The server runs on embedded PGlite and on PostgreSQL (found or
@@ -24,7 +29,7 @@
  * Run: npm run bench:stream   (-- --quick, -- --smoke: one sample of each, -- --pglite-only). BENCH_CPU_PROF_DIR=dir: the
  * stand-in and each server write a CPU profile there of the time they served (see startProfile).
  */
-import { spawn } from 'node:child_process';
+import { fork, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector';
@@ -181,6 +186,17 @@ if (role === 'server') {
 
 const providerProcess = await start('provider');
 const provider = { url: providerProcess.ready.url! };
+const bareProxy = fork(fileURLToPath(new URL('./gateway/bare-proxy.ts', import.meta.url)), [], {
+  env: { ...process.env, UPSTREAM: provider.url },
+  stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+});
+const bareUrl = ((await once(bareProxy, 'message')) as [{ url: string }])[0].url;
+const stopBareProxy = async () => {
+  if (bareProxy.exitCode !== null) return;
+  const exited = once(bareProxy, 'exit');
+  bareProxy.send({ type: 'stop' });
+  await exited;
+};
 
 /** The stores measured: embedded PGlite always, PostgreSQL when one is found or can be started. */
 const stores: { name: string; databaseUrl: string }[] = [{ name: 'PGlite', databaseUrl: '' }];
@@ -250,10 +266,10 @@ async function readBlocks(body: ReadableStream<Uint8Array>, onBlock: (block: str
   }
 }
 
-/** The peer: the stand-in's own stream, as a client of the provider reads it. */
-async function direct(chunks: number): Promise<Sample> {
+/** The peer: the stand-in's own stream, as a client of the provider reads it (or through `via`). */
+async function direct(chunks: number, via = provider.url): Promise<Sample> {
   const start = performance.now();
-  const response = await fetch(`${provider.url}/chat/completions`, {
+  const response = await fetch(`${via}/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: 'Bearer k' },
     body: JSON.stringify({
@@ -306,12 +322,18 @@ async function streamed(chunks: number, to: Target): Promise<Sample> {
   return sample;
 }
 
-type Path = 'direct' | `${string}:stored` | `${string}:unstored`;
+type Path = 'direct' | 'bare' | `${string}:stored` | `${string}:unstored`;
 const run = (path: Path, chunks: number) =>
-  path === 'direct' ? direct(chunks) : streamed(chunks, targets.get(path)!);
+  path === 'direct'
+    ? direct(chunks)
+    : path === 'bare'
+      ? direct(chunks, bareUrl)
+      : streamed(chunks, targets.get(path)!);
 const cases: [Path, number][] = [
   ['direct', SHORT],
   ['direct', LONG],
+  ['bare', SHORT],
+  ['bare', LONG],
   ...stores.flatMap((store): [Path, number][] => [
     [`${store.name}:stored`, SHORT],
     [`${store.name}:stored`, LONG],
@@ -347,6 +369,7 @@ const loadAtEnd = loadavg()[0]!;
 const cpuUs = new Map<string, number>();
 for (const [path, t] of targets) cpuUs.set(path, (await t.cpu()) - cpuAtStart.get(path)!);
 for (const t of targets.values()) await t.stop();
+await stopBareProxy();
 await providerProcess.stop();
 if (pgUrl) await admin(`DROP DATABASE IF EXISTS ${BENCH_DB} WITH (FORCE)`);
 
@@ -354,14 +377,16 @@ const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floo
 const m = (key: string, field: keyof Omit<Sample, 'text'>) => median(samples.get(key)!.map((s) => s[field]));
 const rowOf = (path: Path, chunks: number) => {
   const key = `${path}:${chunks}`;
-  const [store, kind] = path === 'direct' ? ['-', 'direct'] : path.split(':');
+  const [store, kind] = path === 'direct' || path === 'bare' ? ['-', path] : path.split(':');
   return {
     path:
       kind === 'direct'
         ? 'stand-in stream read directly'
-        : kind === 'stored'
-          ? 'streamed run through the server'
-          : 'streamed run, events not stored',
+        : kind === 'bare'
+          ? 'stand-in stream, bare proxy'
+          : kind === 'stored'
+            ? 'streamed run through the server'
+            : 'streamed run, events not stored',
     store: store!,
     chunks,
     events: m(key, 'events'),
@@ -375,6 +400,9 @@ const directShort = rowOf('direct', SHORT);
 const directLong = rowOf('direct', LONG);
 const directPerChunk =
   ((directLong.total - directShort.total) / (directLong.events - directShort.events)) * 1000;
+// The floor: one more process and two more hops, with no work of a server's own.
+const bareShort = rowOf('bare', SHORT);
+const bareFirstTextVsDirect = bareShort.firstText / directShort.firstText;
 
 const figures = stores.map((store) => {
   const serverShort = rowOf(`${store.name}:stored`, SHORT);
@@ -432,6 +460,9 @@ console.log(line(header));
 console.log(`|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`);
 for (const r of table) console.log(line(r));
 console.log(`\ndirect: ${directPerChunk.toFixed(1)} µs per extra chunk`);
+console.log(
+  `bare proxy: first text ${bareShort.firstText.toFixed(2)} ms / direct ${directShort.firstText.toFixed(2)} ms = ${bareFirstTextVsDirect.toFixed(2)}x (the floor of any server in between)`,
+);
 for (const f of figures) {
   console.log(`\n${f.store}:`);
   console.log(
@@ -470,5 +501,6 @@ console.log(
     stored_us_per_event: worst((f) => f.storedPerEventUs),
     stored_us_per_extra_event: worst((f) => f.storedPerEventMarginalUs),
     stored_cpu_us_per_event: worst((f) => f.storedCpuPerEventUs),
+    bare_proxy_first_text_vs_direct: round(bareFirstTextVsDirect),
   }),
 );
