@@ -118,11 +118,14 @@ it('a stream whose upstream sends only its headers is open at the caller before 
     upstream: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`,
   });
   const token = await s.token({ tenant: 'opened' });
-  // fetch resolves on the response's headers: the upstream has sent no event yet.
+  // fetch resolves on the response's headers: the upstream has sent no event yet, and sends
+  // none until they come (headers held back, the two would wait on each other: the bound makes
+  // that a quick failure rather than the test's timeout).
   const answer = await fetch(`${s.baseUrl('openai')}/chat/completions`, {
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
     body: '{"stream":true}',
+    signal: AbortSignal.timeout(30_000),
   });
   expect(answer.status).toBe(200);
   expect(answer.headers.get('x-accel-buffering')).toBe('no');
