@@ -249,12 +249,14 @@ async function main(): Promise<void> {
           `  ${name.padEnd(22)} ${v.p50.toFixed(2).padStart(7)}  ${v.p99.toFixed(2).padStart(7)}  ${v.rps.toFixed(0).padStart(10)}`,
         );
     }
-    const added = {
-      json_p50: pace.gateway_json.p50 - pace.direct_json.p50,
-      json_p99: pace.gateway_json.p99 - pace.direct_json.p99,
-      stream_p50: pace.gateway_stream.p50 - pace.direct_stream.p50,
-      stream_p99: pace.gateway_stream.p99 - pace.direct_stream.p99,
-    };
+    // What `side` adds over `base` in the paced phase, per kind and quantile.
+    const addedOver = (side: Mode, base: Mode) => ({
+      json_p50: pace[`${side}_json`].p50 - pace[`${base}_json`].p50,
+      json_p99: pace[`${side}_json`].p99 - pace[`${base}_json`].p99,
+      stream_p50: pace[`${side}_stream`].p50 - pace[`${base}_stream`].p50,
+      stream_p99: pace[`${side}_stream`].p99 - pace[`${base}_stream`].p99,
+    });
+    const added = addedOver('gateway', 'direct');
     const throughput = {
       json: sat.gateway_json.rps / sat.direct_json.rps,
       stream: sat.gateway_stream.rps / sat.direct_stream.rps,
@@ -266,21 +268,11 @@ async function main(): Promise<void> {
     });
     const cpuPerRequest = perRequest(cpuUs.gateway);
     const bareCpuPerRequest = perRequest(cpuUs.bare);
-    const bareAdded = {
-      json_p50: pace.bare_json.p50 - pace.direct_json.p50,
-      json_p99: pace.bare_json.p99 - pace.direct_json.p99,
-      stream_p50: pace.bare_stream.p50 - pace.direct_stream.p50,
-      stream_p99: pace.bare_stream.p99 - pace.direct_stream.p99,
-    };
+    const bareAdded = addedOver('bare', 'direct');
+    const gatewayOverBare = addedOver('gateway', 'bare');
     const overBare = {
-      p50: Math.max(
-        pace.gateway_json.p50 - pace.bare_json.p50,
-        pace.gateway_stream.p50 - pace.bare_stream.p50,
-      ),
-      p99: Math.max(
-        pace.gateway_json.p99 - pace.bare_json.p99,
-        pace.gateway_stream.p99 - pace.bare_stream.p99,
-      ),
+      p50: Math.max(gatewayOverBare.json_p50, gatewayOverBare.stream_p50),
+      p99: Math.max(gatewayOverBare.json_p99, gatewayOverBare.stream_p99),
     };
     const perChunkUs = (Math.max(0, added.stream_p50 - added.json_p50) * 1000) / CHUNKS;
     console.log(

@@ -9,6 +9,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Pool, type Dispatcher } from 'undici';
+import { answerBench } from './child.js';
 
 const upstream = new URL(process.env.UPSTREAM!);
 const pool = new Pool(upstream.origin, { headersTimeout: 0, bodyTimeout: 0, keepAliveTimeout: 60_000 });
@@ -56,18 +57,9 @@ const server = createServer((request, response) => {
 });
 server.listen(0, '127.0.0.1', () => {
   const { port } = server.address() as AddressInfo;
-  process.send!({ type: 'ready', url: `http://127.0.0.1:${port}${upstream.pathname.replace(/\/$/, '')}` });
+  answerBench({ url: `http://127.0.0.1:${port}${upstream.pathname.replace(/\/$/, '')}` }, async () => {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await pool.close();
+  });
 });
-process.on('message', (message: { type: string }) => {
-  if (message.type === 'cpu') {
-    const { user, system } = process.cpuUsage();
-    process.send!({ type: 'cpu', us: user + system });
-    return;
-  }
-  if (message.type !== 'stop') return;
-  server.closeAllConnections();
-  server.close(() => void pool.close().then(() => process.exit(0)));
-});
-
-// Gone with the bench: a parent that died does not leave this process behind.
-process.once('disconnect', () => process.exit(0));

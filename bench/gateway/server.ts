@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createAgent, createConcurrencyLimiter } from 'sluice';
 import { createToken, defineConfig, serve } from '@sluice/server';
+import { answerBench } from './child.js';
 
 const upstream = process.env.UPSTREAM!;
 const limiter = createConcurrencyLimiter({ name: 'bench', maxConcurrent: 1_024 });
@@ -34,20 +35,7 @@ const { secret } = await createToken(server.store.db, {
   user: 'u',
   role: 'member',
 });
-process.send!({ type: 'ready', url: server.url, token: secret });
-process.on('message', (message: { type: string }) => {
-  // The process's CPU time so far (µs, user + system): the bench divides it over the requests.
-  if (message.type === 'cpu') {
-    const { user, system } = process.cpuUsage();
-    process.send!({ type: 'cpu', us: user + system });
-    return;
-  }
-  if (message.type !== 'stop') return;
-  void server.close().then(() => {
-    rmSync(dir, { recursive: true, force: true });
-    process.exit(0);
-  });
+answerBench({ url: server.url, token: secret }, async () => {
+  await server.close();
+  rmSync(dir, { recursive: true, force: true });
 });
-
-// Gone with the bench: a parent that died does not leave this process behind.
-process.once('disconnect', () => process.exit(0));

@@ -1,10 +1,19 @@
-import { request as httpRequest } from 'node:http';
+import { once } from 'node:events';
+import { createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { createAgent, createConcurrencyLimiter, type ConcurrencyLimiter } from 'sluice';
 import { startProviderStandIn, type ProviderStandIn, type Reply, type StandInOptions } from '@sluice/testkit';
 import { defineConfig, type AppOptions, type ServerSettings, type SluiceConfig } from '@sluice/server';
-import { deferred, ownStandIn, startTestServer, type Deferred, type TestServer } from '../harness/index.js';
+import {
+  afterThisTest,
+  deferred,
+  ownStandIn,
+  startTestServer,
+  type Deferred,
+  type TestServer,
+} from '../harness/index.js';
 
 // A server with two gateways in front of one stand-in (`openai` and `claude`, the two APIs),
 // an `echo` agent on the same limiter, and the official SDKs pointed at the gateways.
@@ -134,4 +143,22 @@ export function rawRequest(
     if (options.hold) req.flushHeaders();
     else req.end(options.body);
   });
+}
+
+/** A server of the test's own as the gateways' upstream; `handle` sees each request once read. */
+export async function upstreamOf(handle: (req: IncomingMessage, res: ServerResponse) => void) {
+  let requests = 0;
+  const server = createServer((req, res) => {
+    requests++;
+    req.resume();
+    req.once('end', () => handle(req, res));
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  afterThisTest(() => {
+    server.closeAllConnections();
+    return new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
+  return { url, requests: () => requests };
 }

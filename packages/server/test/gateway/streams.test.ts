@@ -3,7 +3,7 @@ import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { expect, it } from 'vitest';
 import { afterThisTest, deferred, until } from '../harness/index.js';
-import { startGatewayServer } from './harness.js';
+import { startGatewayServer, upstreamOf } from './harness.js';
 
 // Item 6: a stream goes through as it comes. An upstream of the test's own sends one event,
 // then waits for the test: the caller has that event before the rest exists. The usage is
@@ -21,37 +21,28 @@ const chunk = (content: string) => ({
 async function startStepUpstream() {
   const rest = deferred<void>();
   const written: string[] = [];
-  const server = createServer((req, res: ServerResponse) => {
-    req.resume();
-    req.once('end', () => {
-      res.writeHead(200, { 'content-type': 'text/event-stream', 'x-ratelimit-remaining-requests': '99' });
-      const send = (text: string) => {
-        written.push(text);
-        res.write(text);
-      };
-      send(event(chunk('first ')));
-      void rest.promise.then(() => {
-        send(event(chunk('and the rest')));
-        // The usage event arrives split across writes, mid-line.
-        const usage = event({
-          ...chunk(''),
-          choices: [],
-          usage: { prompt_tokens: 31, completion_tokens: 9 },
-        });
-        send(usage.slice(0, 20));
-        send(usage.slice(20));
-        send('data: [DONE]\n\n');
-        res.end();
+  const { url } = await upstreamOf((_req, res: ServerResponse) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'x-ratelimit-remaining-requests': '99' });
+    const send = (text: string) => {
+      written.push(text);
+      res.write(text);
+    };
+    send(event(chunk('first ')));
+    void rest.promise.then(() => {
+      send(event(chunk('and the rest')));
+      // The usage event arrives split across writes, mid-line.
+      const usage = event({
+        ...chunk(''),
+        choices: [],
+        usage: { prompt_tokens: 31, completion_tokens: 9 },
       });
+      send(usage.slice(0, 20));
+      send(usage.slice(20));
+      send('data: [DONE]\n\n');
+      res.end();
     });
   });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  afterThisTest(() => {
-    server.closeAllConnections();
-    return new Promise<void>((resolve) => server.close(() => resolve()));
-  });
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, rest, written };
+  return { url, rest, written };
 }
 
 it('SSE passes through chunk by chunk, unbuffered, with X-Accel-Buffering: no; the usage comes from a copy', async () => {
@@ -100,23 +91,12 @@ it('a stream whose upstream sends only its headers is open at the caller before 
   // The gateway sends a stream's headers with the events that came in the same read; when none
   // came, it must send them alone, or a caller waits for the first event to see the stream open.
   const first = deferred<void>();
-  const server = createServer((req, res) => {
-    req.resume();
-    req.once('end', () => {
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
-      res.flushHeaders();
-      void first.promise.then(() => res.end(event(chunk('late'))));
-    });
+  const upstream = await upstreamOf((_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.flushHeaders();
+    void first.promise.then(() => res.end(event(chunk('late'))));
   });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  afterThisTest(() => {
-    server.closeAllConnections();
-    return new Promise<void>((resolve) => server.close(() => resolve()));
-  });
-  const s = await startGatewayServer({
-    upstream: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`,
-  });
+  const s = await startGatewayServer({ upstream: upstream.url });
   const token = await s.token({ tenant: 'opened' });
   // fetch resolves on the response's headers: the upstream has sent no event yet, and sends
   // none until they come (headers held back, the two would wait on each other: the bound makes
@@ -136,20 +116,12 @@ it('a stream whose upstream sends only its headers is open at the caller before 
 it('the body of a JSON answer is the upstream body, byte for byte', async () => {
   const body =
     '{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"é ✓"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2}}  \n';
-  const server = createServer((req, res) => {
-    req.resume();
-    req.once('end', () =>
-      res
-        .writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) })
-        .end(body),
-    );
-  });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  afterThisTest(() => new Promise<void>((resolve) => server.close(() => resolve())));
-  const s = await startGatewayServer({
-    upstream: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`,
-  });
+  const upstream = await upstreamOf((_req, res) =>
+    res
+      .writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) })
+      .end(body),
+  );
+  const s = await startGatewayServer({ upstream: upstream.url });
   const token = await s.token({ tenant: 'bytes' });
   const answer = await fetch(`${s.baseUrl('openai')}/chat/completions`, {
     method: 'POST',

@@ -4,31 +4,13 @@ import type { AddressInfo } from 'node:net';
 import { APIError } from 'openai';
 import { createConcurrencyLimiter } from 'sluice';
 import { expect, it } from 'vitest';
-import { afterThisTest, until } from '../harness/index.js';
-import { startGatewayServer } from './harness.js';
+import { until } from '../harness/index.js';
+import { startGatewayServer, upstreamOf } from './harness.js';
 
 // An upstream that fails in the ways a provider (or the network before it) does: closing a
 // new connection without an answer, cutting an answer short, answering twice the same header,
 // sending an informational answer first, or not listening at all. The caller gets an answer it
 // can tell from a whole one, the request is sent once, and the slot comes back each time.
-
-/** A server of the test's own as both gateways' upstream; `handle` sees each request once read. */
-async function upstreamOf(handle: (req: IncomingMessage, res: ServerResponse) => void) {
-  let requests = 0;
-  const server = createServer((req, res) => {
-    requests++;
-    req.resume();
-    req.once('end', () => handle(req, res));
-  });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  afterThisTest(() => {
-    server.closeAllConnections();
-    return new Promise<void>((resolve) => server.close(() => resolve()));
-  });
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
-  return { url, requests: () => requests };
-}
 
 const completion = (content: string) =>
   JSON.stringify({
