@@ -22,6 +22,7 @@ import {
 } from './options.js';
 import { FairQueue, type FairNode, type Lane } from './fair-queue.js';
 import { budgetFigures } from './learned.js';
+import { LeaseBook } from './lease-book.js';
 
 /** A request in the queue. It carries its own list links, so removal is O(1). */
 interface Waiter<W extends string> extends FairNode<Waiter<W>> {
@@ -37,15 +38,6 @@ interface Waiter<W extends string> extends FairNode<Waiter<W>> {
   onAbort: (() => void) | undefined;
   resolve(lease: ConcurrencyLease<W>): void;
   reject(error: unknown): void;
-}
-
-interface LeaseRecord {
-  readonly workload: number;
-  expiresAt: number;
-  /** What the grant took from the token budgets, settled at release. */
-  readonly tokens: TokenCost;
-  /** The grant's number in this limiter: tells the adaptive limit which answers are news. */
-  readonly grant: number;
 }
 
 // Lease ids: a random prefix per process and a counter shared by every limiter in it, so an
@@ -69,9 +61,8 @@ function capture(resolve: (lease: never) => void, reject: (error: unknown) => vo
  * `allocate` rules; grants, timeouts and cancellations settle synchronously, so a request is
  * never both granted and cancelled.
  *
- * Lease expiry uses one timer for the whole limiter: leases sit in a map in expiry order (a
- * renewal moves a lease to the end, and all leases share one TTL), so only the first entry
- * needs watching. Budgets and the provider's pause use one more, the wake timer: set by each
+ * Lease expiry uses one timer for the whole limiter: leases sit in expiry order (lease-book.ts),
+ * so only the first needs watching. Budgets and the provider's pause use one more, the wake timer: set by each
  * allocation that leaves a request waiting for a refill or for the pause to end, to the
  * earliest moment one can go (allocate's `wakeAt`).
  */
@@ -83,11 +74,9 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
   readonly #errors: LimiterErrors;
   readonly #queues: FairQueue<Waiter<W>>[];
   readonly #active: number[];
-  readonly #leases = new Map<string, LeaseRecord>();
+  readonly #leases = new LeaseBook();
   #queued = 0;
   #seq = 0;
-  /** No lease expires before this time; lets the hot path skip the sweep. */
-  #earliestExpiry = Infinity;
   #sweepTimer: ClockTimer | undefined;
   #capacity: CapacityState;
   /** Grants made so far; the latest grant's number. */
@@ -258,10 +247,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
       this.#sweep(now);
       return Promise.resolve(undefined);
     }
-    record.expiresAt = now + this.limits.leaseTtlMs;
-    // Re-insert so the map stays in expiry order.
-    this.#leases.delete(lease.id);
-    this.#leases.set(lease.id, record);
+    this.#leases.renew(lease.id, record, now + this.limits.leaseTtlMs);
     return Promise.resolve({ ...lease, expiresAt: record.expiresAt });
   }
 
@@ -280,7 +266,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
     this.#capacity = capacityAt(this.limits, this.#capacity, now);
     const active = this.#active.reduce((a, b) => a + b, 0);
     if (record !== undefined) {
-      this.#leases.delete(lease.id);
+      this.#leases.take(lease.id);
       this.#active[record.workload]!--;
     }
     if (details !== undefined) {
@@ -341,8 +327,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
   #grant(workload: number, tokens: TokenCost, now: number): ConcurrencyLease<W> {
     const id = `${idPrefix}-${++idCounter}`;
     const expiresAt = now + this.limits.leaseTtlMs;
-    this.#leases.set(id, { workload, expiresAt, tokens, grant: ++this.#grants });
-    if (expiresAt < this.#earliestExpiry) this.#earliestExpiry = expiresAt;
+    this.#leases.add(id, { workload, expiresAt, tokens, grant: ++this.#grants });
     this.#active[workload]!++;
     if (this.#sweepTimer === undefined) this.#armSweep(now);
     return {
@@ -414,24 +399,14 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
 
   /** Drops leases whose time is up, then hands their slots on. */
   #sweep(now: number): void {
-    if (now < this.#earliestExpiry) return;
-    let freed = false;
-    this.#earliestExpiry = Infinity;
-    for (const [id, record] of this.#leases) {
-      if (record.expiresAt > now) {
-        this.#earliestExpiry = record.expiresAt;
-        break;
-      }
-      this.#leases.delete(id);
-      this.#active[record.workload]!--;
-      freed = true;
-    }
-    if (freed) this.#drain(now);
+    const expired = this.#leases.takeExpired(now);
+    for (const record of expired) this.#active[record.workload]!--;
+    if (expired.length > 0) this.#drain(now);
   }
 
   #armSweep(now: number): void {
-    const first = this.#leases.values().next();
-    if (first.done) return;
+    const first = this.#leases.firstExpiry();
+    if (first === undefined) return;
     this.#sweepTimer = this.#clock.setTimeout(
       () => {
         this.#sweepTimer = undefined;
@@ -439,7 +414,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
         this.#sweep(at);
         this.#armSweep(at);
       },
-      first.value.expiresAt - now,
+      first - now,
       { background: true },
     );
   }
