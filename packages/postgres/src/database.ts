@@ -59,15 +59,21 @@ export interface Database extends SqlClient {
 }
 
 // Structural types, so neither driver is a hard dependency.
+/** A node-postgres query config naming its statement. */
+interface NamedQuery {
+  name: string;
+  text: string;
+  values?: unknown[];
+}
 interface PgPoolLike {
-  query(text: string, params?: unknown[]): Promise<{ rows: unknown[] }>;
+  query(text: string | NamedQuery, params?: unknown[]): Promise<{ rows: unknown[] }>;
   connect(): Promise<PgPoolClientLike>;
   connect(callback: (error: Error | undefined, client: PgPoolClientLike) => void): void;
   options?: object;
   totalCount?: number;
 }
 interface PgPoolClientLike {
-  query(text: string, params?: unknown[]): Promise<{ rows: unknown[] }>;
+  query(text: string | NamedQuery, params?: unknown[]): Promise<{ rows: unknown[] }>;
   release(error?: Error | boolean): void;
   on?(event: 'error', listener: (error: Error) => void): unknown;
   removeListener?(event: 'error', listener: (error: Error) => void): unknown;
@@ -126,7 +132,43 @@ export interface PgPoolOptions {
    * transaction mode, which refuses settings in the startup packet and shares sessions.
    */
   transactionSettings?: Record<string, string>;
+  /**
+   * Sends the statements marked with `prepared()` as named statements, parsed and planned once
+   * per connection. Only for connections that are sessions of their own: behind a pooler in
+   * transaction mode a statement prepared on one server connection is missing on the next.
+   * Should a statement be missing there anyway, the pool stops naming statements.
+   * @default false
+   */
+  preparedStatements?: boolean;
 }
+
+/**
+ * The texts marked as prepared, each with its statement name. Bounded by the code that marks
+ * them: mark only a text built once (a constant, or one text per setting), never one built per
+ * call, since every connection keeps each statement it has prepared.
+ */
+const preparedNames = new Map<string, string>();
+
+/**
+ * Marks `text` as a statement worth preparing: a pool opened with `preparedStatements` sends it
+ * as a named statement, parsed and planned once per connection (PostgreSQL then keeps a generic
+ * plan when it costs no more than planning each time). Returns `text` itself, so a marked
+ * constant is used as before everywhere else (PGlite, a pooler in transaction mode). Its result
+ * columns must be listed, not a table's `*`: a prepared statement whose result would change
+ * fails ("cached plan must not change result type") once a migration adds a column.
+ */
+export function prepared(text: string): string {
+  if (!preparedNames.has(text)) preparedNames.set(text, `sluice_${preparedNames.size + 1}`);
+  return text;
+}
+
+/**
+ * PostgreSQL's "prepared statement does not exist" (26000) or "already exists" (42P05): the
+ * server session under a connection changed, as behind a pooler in transaction mode. Both
+ * come before the statement runs.
+ */
+const sessionChanged = (error: unknown) =>
+  ['26000', '42P05'].includes((error as { code?: string } | undefined)?.code ?? '');
 
 /** `SET LOCAL name TO 'value'` for each setting; names are checked, values quoted as literals. */
 function setLocal(settings: Record<string, string> = {}): string {
@@ -156,8 +198,32 @@ function checkOut(pool: PgPoolLike, onError: (error: Error) => void): Promise<Pg
 
 export function fromPgPool(pool: PgPoolLike, poolOptions: PgPoolOptions = {}): Database {
   const settings = setLocal(poolOptions.transactionSettings);
+  let naming = poolOptions.preparedStatements === true;
+  /** The statement as node-postgres takes it: named when marked and the pool names statements. */
+  const statement = (text: string, params?: unknown[]): [string | NamedQuery, unknown[]?] => {
+    const name = naming ? preparedNames.get(text) : undefined;
+    return name === undefined ? [text, params] : [{ name, text, values: params }];
+  };
+  /**
+   * A named statement its server session did not have, or had already (a pooler in transaction
+   * mode after all): PostgreSQL refuses it before running anything, so the pool stops naming
+   * statements, and a statement outside a transaction is sent again unnamed.
+   */
+  const unnamedAfterMissing = (error: unknown, named: boolean): boolean => {
+    if (!named || !sessionChanged(error)) return false;
+    naming = false;
+    return true;
+  };
   return {
-    query: async <R>(text: string, params?: unknown[]) => (await pool.query(text, params)) as QueryResult<R>,
+    async query<R>(text: string, params?: unknown[]) {
+      const [first, values] = statement(text, params);
+      try {
+        return (await pool.query(first, values)) as QueryResult<R>;
+      } catch (error) {
+        if (!unnamedAfterMissing(error, typeof first !== 'string')) throw error;
+        return (await pool.query(text, params)) as QueryResult<R>;
+      }
+    },
     async transaction<T>(body: (tx: SqlClient) => Promise<T>, options?: TransactionOptions): Promise<T> {
       let broken: Error | undefined;
       // node-postgres emits 'error' on a checked-out client whose connection drops between two
@@ -175,8 +241,16 @@ export function fromPgPool(pool: PgPoolLike, poolOptions: PgPoolOptions = {}): D
             : 'BEGIN ISOLATION LEVEL READ COMMITTED') + settings,
         );
         const tx: SqlClient = {
-          query: async <R>(text: string, params?: unknown[]) =>
-            (await client.query(text, params)) as QueryResult<R>,
+          async query<R>(text: string, params?: unknown[]) {
+            const [first, values] = statement(text, params);
+            try {
+              return (await client.query(first, values)) as QueryResult<R>;
+            } catch (error) {
+              // The transaction is aborted: it fails, and the next ones name nothing.
+              unnamedAfterMissing(error, typeof first !== 'string');
+              throw error;
+            }
+          },
         };
         const result = await body(tx);
         await client.query('COMMIT');

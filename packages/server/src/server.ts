@@ -89,6 +89,7 @@ export async function serve(options: ServeOptions = {}): Promise<RunningServer> 
     dataDir: resolve(dataDir, 'db'),
     statementTimeoutMs: settings.statementTimeoutMs,
     poolSize: settings.poolSize,
+    preparedStatements: settings.preparedStatements,
     // A connection the database ended; the pool replaces it. Logged, never fatal.
     // Before the app and its logger exist, a database not up yet is said on stderr, so a
     // start that keeps retrying is never silent.

@@ -42,6 +42,12 @@ export interface ServerSettings {
   statementTimeoutMs: number;
   /** SLUICE_DB_POOL_SIZE: PostgreSQL connections per process. */
   poolSize: number;
+  /**
+   * SLUICE_DB_PREPARED_STATEMENTS: 1 prepares the hot statements (claims, ends, admission) once
+   * per connection on a direct PostgreSQL connection; never behind a pooler that refuses
+   * settings at connect (PgBouncer). 0 for a pooler in transaction mode that accepts them.
+   */
+  preparedStatements: boolean;
   /** SLUICE_CALLBACK_ALLOW_PRIVATE: 1 lets callbacks reach loopback and private addresses (on-premises setups, tests). */
   callbackAllowPrivate: boolean;
   /**
@@ -128,6 +134,7 @@ export const settingDefaults: ServerSettings = Object.freeze({
   statementTimeoutMs: 15 * SECOND,
   poolSize: 20,
   callbackAllowPrivate: false,
+  preparedStatements: true,
   runTimeoutMs: null,
   maxConcurrentPerUser: 10,
   maxParallelToolCalls: 10,
@@ -263,16 +270,20 @@ export function resolveSettings(
     }
     out[key] = value;
   }
-  const allow = given('SLUICE_CALLBACK_ALLOW_PRIVATE', 'callbackAllowPrivate');
-  if (allow !== undefined) {
-    if (![true, false, '1', '0', 'true', 'false'].includes(allow as string | boolean)) {
+  for (const [variable, key] of [
+    ['SLUICE_CALLBACK_ALLOW_PRIVATE', 'callbackAllowPrivate'],
+    ['SLUICE_DB_PREPARED_STATEMENTS', 'preparedStatements'],
+  ] as const) {
+    const flag = given(variable, key);
+    if (flag === undefined) continue;
+    if (![true, false, '1', '0', 'true', 'false'].includes(flag as string | boolean)) {
       throw new SettingsError(
-        'SLUICE_CALLBACK_ALLOW_PRIVATE',
-        allow,
-        `Expected SLUICE_CALLBACK_ALLOW_PRIVATE (settings.callbackAllowPrivate) to be 1 or 0, got \`${String(allow)}\``,
+        variable,
+        flag,
+        `Expected ${variable} (settings.${key}) to be 1 or 0, got \`${String(flag)}\``,
       );
     }
-    out.callbackAllowPrivate = allow === true || allow === '1' || allow === 'true';
+    out[key] = flag === true || flag === '1' || flag === 'true';
   }
   const timeout = given('SLUICE_RUN_TIMEOUT_MS', 'runTimeoutMs');
   if (timeout !== undefined) out.runTimeoutMs = runTimeout(timeout);

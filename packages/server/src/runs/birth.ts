@@ -1,4 +1,4 @@
-import type { Database, SqlClient } from '@sluice/postgres/database';
+import { prepared, type Database, type SqlClient } from '@sluice/postgres/database';
 import type { Principal } from '../store/tokens.js';
 import type { HighestCounts } from './caps.js';
 import { inOrder, runDocuments } from './run-documents.js';
@@ -61,7 +61,7 @@ export async function admitDecided(
   const { ids, chunks } = runDocuments(runs, bornStatus);
   return db.transaction(async (tx) => {
     const first = await tx.query<RunRow>(
-      `SELECT ${full} FROM sluice_admit_runs($1::text, $2::jsonb, $3::jsonb) AS agent_runs`,
+      prepared(`SELECT ${full} FROM sluice_admit_runs($1::text, $2::jsonb, $3::jsonb) AS agent_runs`),
       [tenant, JSON.stringify(highest), chunks[0]],
     );
     if (first.rows.length === 0) return undefined;
@@ -88,7 +88,7 @@ export async function admitHeldNow(
   const { ids, chunks } = runDocuments(runs, bornStatus);
   if (chunks.length !== 1) return undefined;
   const inserted = await db.query<RunRow>(
-    `SELECT ${full} FROM sluice_admit_held($1::text, $2::jsonb, $3::jsonb, $4::int) AS agent_runs`,
+    prepared(`SELECT ${full} FROM sluice_admit_held($1::text, $2::jsonb, $3::jsonb, $4::int) AS agent_runs`),
     [tenant, JSON.stringify(highest), chunks[0], Math.max(1, Math.min(Math.round(lockWaitMs), 2 ** 31 - 1))],
   );
   if (inserted.rows.length === 0) return undefined;

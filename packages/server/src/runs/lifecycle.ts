@@ -1,4 +1,4 @@
-import type { Database, SqlClient } from '@sluice/postgres/database';
+import { prepared, type Database, type SqlClient } from '@sluice/postgres/database';
 import type { PausedState, PendingToolCall } from 'sluice';
 import { tuning } from '../tuning.js';
 import { toJsonb } from './json.js';
@@ -154,13 +154,16 @@ export async function startRun(
   ).rows[0];
 }
 
+/** startFirstDeferred's statements, by cap, parameter count and candidate. */
+const firstDeferredTexts = new Map<string, string>();
+
 /** A tenant's lock for deferred claims (SQL of the tenant's expression), held to the end of the transaction. */
 export const deferredLock = (tenant: string) => `hashtext('sluice:deferred:' || ${tenant})`;
 
 /**
  * startRun for a deferred claim in one statement, outside any transaction: `candidate` picks
- * and locks a queued run (its parameters from $1; capped, $3 is the highest running count at
- * which one more fits), capped, the tenant's deferred lock is taken (the one a claim's
+ * and locks a queued run (its parameters from $1; `highest`, SQL of the highest running count at
+ * which one more fits, null uncapped), capped, the tenant's deferred lock is taken (the one a claim's
  * transaction takes), and a run without a thread starts when its tenant's counters row, locked here, has
  * room. Under READ COMMITTED a row lock that waited re-reads the row it got, so a claim of the
  * tenant that started a run and committed meanwhile is counted: the cap holds across workers
@@ -168,28 +171,33 @@ export const deferredLock = (tenant: string) => `hashtext('sluice:deferred:' || 
  * COMMITTED's: a session whose default isolation is stricter picks nothing here. Undefined when
  * there is no candidate; `run` undefined when the caller's transaction must decide (a thread's
  * run, a tenant filled meanwhile or without a counters row, a session not READ COMMITTED).
+ *
+ * The claim's most frequent statement, and its costliest to plan: its text is built once per
+ * candidate and cap, and prepared (claims.ts keeps those few).
  */
 export async function startFirstDeferred(
   db: SqlClient,
   candidate: string,
+  highest: string | null,
   params: unknown[],
   worker: string,
 ): Promise<{ run: RunRow | undefined } | undefined> {
-  const capped = params.length === 3;
-  const workerParam = `$${params.length + 1}`;
-  const row = (
-    await db.query<RunRow & { isolation: string; candidate_id: string | null }>(
+  const key = `${highest}\0${params.length}\0${candidate}`;
+  let text = firstDeferredTexts.get(key);
+  if (text === undefined) {
+    const workerParam = `$${params.length + 1}`;
+    text = prepared(
       `WITH candidate AS MATERIALIZED (
          SELECT * FROM (${candidate}) c WHERE current_setting('transaction_isolation') = 'read committed'),
        picked AS MATERIALIZED (
          SELECT id, tenant, thread_id${
-           capped ? `, pg_advisory_xact_lock(${deferredLock('tenant')}) IS NULL AS locked` : ''
+           highest !== null ? `, pg_advisory_xact_lock(${deferredLock('tenant')}) IS NULL AS locked` : ''
          }
          FROM candidate),
        room AS MATERIALIZED (${
-         capped
+         highest !== null
            ? `SELECT c.tenant FROM admission_counters c JOIN picked p ON c.tenant = p.tenant
-              WHERE c.project = '' AND p.thread_id IS NULL AND c.deferred_running <= $3::int
+              WHERE c.project = '' AND p.thread_id IS NULL AND c.deferred_running <= ${highest}
               FOR UPDATE OF c`
            : `SELECT tenant FROM picked WHERE thread_id IS NULL`
        }),
@@ -199,8 +207,11 @@ export async function startFirstDeferred(
          RETURNING ${full})
        SELECT current_setting('transaction_isolation') AS isolation, p.id AS candidate_id, s.*
        FROM (SELECT 1) one LEFT JOIN picked p ON true LEFT JOIN started s ON true`,
-      [...params, worker],
-    )
+    );
+    firstDeferredTexts.set(key, text);
+  }
+  const row = (
+    await db.query<RunRow & { isolation: string; candidate_id: string | null }>(text, [...params, worker])
   ).rows[0]!;
   const { isolation, candidate_id, ...run } = row;
   if (isolation !== 'read committed') return { run: undefined };
@@ -214,14 +225,14 @@ export async function startFirstDeferred(
  */
 export async function expireRuns(db: Database, maxWaitMs: number): Promise<number> {
   const result = await db.query<{ id: string }>(
-    `UPDATE agent_runs SET status = 'failed', finished_at = clock_timestamp(),
+    prepared(`UPDATE agent_runs SET status = 'failed', finished_at = clock_timestamp(),
        error = jsonb_build_object('type', 'expired', 'message', 'the run was not started within AGENT_DEFERRED_MAX_WAIT_MS')
      WHERE id IN (SELECT id FROM agent_runs
                   -- A resumed run (approvals given) is accepted work: it never expires.
                   WHERE ((status = 'queued' AND class = 'deferred' AND approvals IS NULL) OR status = 'scheduled')
                     AND coalesce(scheduled_for, created_at) < clock_timestamp() - $1::float8 * interval '1 millisecond'
                   LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)
-     RETURNING id`,
+     RETURNING id`),
     [maxWaitMs],
   );
   return result.rows.length;
@@ -255,7 +266,7 @@ export async function finishRun(
   // every event but the last), stored whether or not the end is still this process's to write.
   return (
     await db.query<RunRow>(
-      `WITH done AS (
+      prepared(`WITH done AS (
          UPDATE agent_runs SET status = $3::text, output = $4::jsonb, error = $5::jsonb, usage = $6::jsonb,
            finished_at = clock_timestamp()
          WHERE id = $1::text AND status = 'running' AND worker = $2::text RETURNING ${full}),
@@ -265,7 +276,7 @@ export async function finishRun(
          FROM done d, jsonb_array_elements($7::jsonb) WITH ORDINALITY AS m(value, n)
          WHERE d.thread_id IS NOT NULL AND d.status = 'succeeded' ORDER BY m.n),
        ${storedEvents('$8')}
-       SELECT * FROM done`,
+       SELECT * FROM done`),
       [
         id,
         worker,
@@ -438,12 +449,12 @@ export async function requestCancel(db: Database, tenant: string, id: string): P
  */
 export async function failLostRuns(db: Database, staleMs: number): Promise<number> {
   const result = await db.query<{ id: string }>(
-    `UPDATE agent_runs r SET status = 'failed', finished_at = clock_timestamp(),
+    prepared(`UPDATE agent_runs r SET status = 'failed', finished_at = clock_timestamp(),
        error = jsonb_build_object('type', 'worker_lost', 'message', 'the server running this run stopped before it finished')
      WHERE r.status = 'running' AND NOT EXISTS (
        SELECT 1 FROM server_nodes n WHERE n.id = r.worker
          AND n.heartbeat_at > clock_timestamp() - $1::float8 * interval '1 millisecond')
-     RETURNING r.id`,
+     RETURNING r.id`),
     [staleMs],
   );
   return result.rows.length;
@@ -474,13 +485,13 @@ export async function endOrphanedRuns(
   graceMs: number,
 ): Promise<number> {
   const result = await db.query<{ id: string }>(
-    `UPDATE agent_runs SET finished_at = clock_timestamp(),
+    prepared(`UPDATE agent_runs SET finished_at = clock_timestamp(),
        status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'canceled' ELSE 'failed' END,
        error = CASE WHEN cancel_requested_at IS NOT NULL THEN NULL ELSE jsonb_build_object('type', 'worker_lost',
          'message', 'the server running this run lost it (its database was away) before it finished') END
      WHERE status = 'running' AND worker = $1::text AND NOT (id = ANY($2::text[]))
        AND started_at < clock_timestamp() - $3::float8 * interval '1 millisecond'
-     RETURNING id`,
+     RETURNING id`),
     [node, executing, graceMs],
   );
   return result.rows.length;

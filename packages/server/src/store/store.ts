@@ -45,6 +45,11 @@ export interface StoreOptions {
   /** @default 20 */
   poolSize?: number;
   /**
+   * Prepares the statements marked `prepared()` once per connection, on a direct connection
+   * only: never behind a pooler that refuses settings at connect (PgBouncer). @default true
+   */
+  preparedStatements?: boolean;
+  /**
    * Errors of idle connections (a restarted or terminated server), and each failed attempt to
    * reach a database that is not up yet: reported, never thrown.
    */
@@ -112,7 +117,10 @@ function poolOf(url: string, options: StoreOptions, at: TimeoutsAt): { pool: pg.
   const perTransaction = Object.fromEntries(Object.entries(timeouts).map(([name, ms]) => [name, `${ms}ms`]));
   return {
     pool,
-    db: at === 'startup' ? toDatabase(pool) : fromPgPool(pool, { transactionSettings: perTransaction }),
+    db:
+      at === 'startup'
+        ? fromPgPool(pool, { preparedStatements: options.preparedStatements ?? true })
+        : fromPgPool(pool, { transactionSettings: perTransaction }),
   };
 }
 

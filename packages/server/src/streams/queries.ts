@@ -1,4 +1,4 @@
-import type { Database, SqlClient } from '@sluice/postgres/database';
+import { prepared, type Database, type SqlClient } from '@sluice/postgres/database';
 import { toJsonb } from '../runs/json.js';
 import { sqlList, finalStatuses } from '../runs/states.js';
 import { deleteInBatches, PRUNE_MAX_STATEMENTS } from '../store/prune.js';
@@ -30,12 +30,12 @@ export function eventsJson(rows: readonly EventRow[]): string {
  */
 export async function insertEvents(db: SqlClient, rows: EventRow[]): Promise<void> {
   await db.query(
-    `WITH written AS (
+    prepared(`WITH written AS (
        INSERT INTO agent_run_events (run_id, seq, events)
        SELECT r.run_id, r.seq, r.events FROM jsonb_to_recordset($1::jsonb) AS r(run_id text, seq int, events jsonb)
        ON CONFLICT DO NOTHING
        RETURNING run_id)
-     SELECT pg_notify('sluice_runs', 'events:' || run_id) FROM (SELECT DISTINCT run_id FROM written) AS w`,
+     SELECT pg_notify('sluice_runs', 'events:' || run_id) FROM (SELECT DISTINCT run_id FROM written) AS w`),
     [eventsJson(rows)],
   );
 }

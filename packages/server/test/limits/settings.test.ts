@@ -47,6 +47,16 @@ describe('L5: settings out of range are refused, naming the variable, the range 
     }
   });
 
+  it('SLUICE_DB_PREPARED_STATEMENTS: on unless 0, and anything but 1 or 0 is refused, named', () => {
+    expect(resolveSettings({}, {}).preparedStatements).toBe(true);
+    expect(resolveSettings({}, { SLUICE_DB_PREPARED_STATEMENTS: '0' }).preparedStatements).toBe(false);
+    expect(resolveSettings({ preparedStatements: false }, {}).preparedStatements).toBe(false);
+    const error = refusal({}, { SLUICE_DB_PREPARED_STATEMENTS: 'yes' });
+    expect(error.variable).toBe('SLUICE_DB_PREPARED_STATEMENTS');
+    expect(error.message).toContain('settings.preparedStatements');
+    expect(error.message).toContain('`yes`');
+  });
+
   it('values that are not whole numbers are refused the same way', () => {
     for (const value of ['10s', '1.5', '1e3', 'Infinity', '0x10', 'ten']) {
       const error = refusal({}, { AGENT_SYNC_TIMEOUT_MS: value });
