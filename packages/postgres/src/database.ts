@@ -2,6 +2,7 @@
  * The one small query interface the PostgreSQL limiter needs, with adapters for
  * node-postgres (`pg.Pool`) and embedded PGlite.
  */
+import { createHash } from 'node:crypto';
 
 export interface QueryResult<R> {
   rows: R[];
@@ -145,7 +146,9 @@ export interface PgPoolOptions {
 /**
  * The texts marked as prepared, each with its statement name. Bounded by the code that marks
  * them: mark only a text built once (a constant, or one text per setting), never one built per
- * call, since every connection keeps each statement it has prepared.
+ * call, since every connection keeps each statement it has prepared. A name is a hash of its
+ * text, the same in every process and version: a server session that a pooler shares between
+ * processes never holds another text under a name this process uses.
  */
 const preparedNames = new Map<string, string>();
 
@@ -158,7 +161,8 @@ const preparedNames = new Map<string, string>();
  * fails ("cached plan must not change result type") once a migration adds a column.
  */
 export function prepared(text: string): string {
-  if (!preparedNames.has(text)) preparedNames.set(text, `sluice_${preparedNames.size + 1}`);
+  if (!preparedNames.has(text))
+    preparedNames.set(text, `sluice_${createHash('sha256').update(text).digest('hex').slice(0, 32)}`);
   return text;
 }
 
@@ -169,6 +173,15 @@ export function prepared(text: string): string {
  */
 const sessionChanged = (error: unknown) =>
   ['26000', '42P05'].includes((error as { code?: string } | undefined)?.code ?? '');
+
+/**
+ * A prepared statement whose result no longer fits its table (0A000 "cached plan must not
+ * change result type", 42804 a wrong type): a migration changed a column's type under it. The
+ * connection keeps failing it, so it is dropped (outside a transaction the pool drops a client
+ * whose statement failed on its own).
+ */
+const staleStatement = (error: unknown) =>
+  ['0A000', '42804'].includes((error as { code?: string } | undefined)?.code ?? '');
 
 /** `SET LOCAL name TO 'value'` for each setting; names are checked, values quoted as literals. */
 function setLocal(settings: Record<string, string> = {}): string {
@@ -246,8 +259,10 @@ export function fromPgPool(pool: PgPoolLike, poolOptions: PgPoolOptions = {}): D
             try {
               return (await client.query(first, values)) as QueryResult<R>;
             } catch (error) {
+              const named = typeof first !== 'string';
               // The transaction is aborted: it fails, and the next ones name nothing.
-              unnamedAfterMissing(error, typeof first !== 'string');
+              unnamedAfterMissing(error, named);
+              if (named && staleStatement(error)) broken = error as Error;
               throw error;
             }
           },

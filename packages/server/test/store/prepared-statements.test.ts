@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -63,6 +64,14 @@ describeWith({ PostgreSQL: postgres })('prepared statements on a direct connecti
     expect(Number(claim!.generic_plans)).toBeGreaterThan(0);
     expect(Number(claim!.custom_plans)).toBeLessThanOrEqual(5);
     expect(statements.some((s) => s.statement.startsWith('WITH done AS'))).toBe(true);
+    // Named by a hash of the text, the same in every process and version: a session a pooler
+    // shares never holds another text under that name (numbered in order of first use, two
+    // processes gave one name to two statements, and a sweep ran another's UPDATE).
+    const names = await db.query<{ name: string; statement: string }>(
+      'SELECT name, statement FROM pg_prepared_statements',
+    );
+    for (const { name, statement } of names.rows)
+      expect(name).toBe(`sluice_${createHash('sha256').update(statement).digest('hex').slice(0, 32)}`);
 
     const unnamed = await oneConnection(await freshDatabase(), false);
     await oneDeferredRun(unnamed, 'acme');
@@ -86,6 +95,29 @@ describeWith({ PostgreSQL: postgres })('prepared statements on a direct connecti
       for (let i = 0; i < 3; i++) await oneDeferredRun(db, 'acme');
     },
   );
+
+  it('a migration that changes a column type costs one failed admission, not every one after it', async () => {
+    // A prepared statement keeps its result type: after the change it fails on its connection
+    // for as long as that connection lives, and under load a pool's connections never go idle.
+    const databaseUrl = await freshDatabase();
+    const db = await oneConnection(databaseUrl);
+    for (let i = 0; i < 7; i++) await oneDeferredRun(db, 'acme');
+    const other = new pg.Client({ connectionString: databaseUrl });
+    await other.connect();
+    afterThisTest(() => other.end());
+    await other.query('ALTER TABLE agent_runs ALTER COLUMN agent TYPE varchar(200)');
+    const outcomes: string[] = [];
+    for (let i = 0; i < 4; i++)
+      outcomes.push(
+        await oneDeferredRun(db, 'acme').then(
+          () => 'ok',
+          (error: { code?: string }) => error.code ?? 'error',
+        ),
+      );
+    // The first admission meets the stale statement and its connection is dropped; the next
+    // connection prepares afresh.
+    expect(outcomes.slice(1)).toEqual(['ok', 'ok', 'ok']);
+  });
 });
 
 describeWith({ PostgreSQL: postgres, PgBouncer: pgbouncer })(
