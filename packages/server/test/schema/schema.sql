@@ -141,14 +141,14 @@ CREATE TABLE public.agent_runs (
 
 CREATE FUNCTION public.sluice_admit_held(t text, highest jsonb, runs jsonb, lock_wait_ms integer) RETURNS SETOF public.agent_runs
     LANGUAGE plpgsql
-    AS $$
+    AS $_$
 BEGIN
   IF current_setting('transaction_isolation') <> 'read committed' THEN
     RETURN;
   END IF;
   PERFORM set_config('lock_timeout', lock_wait_ms || 'ms', true);
-  RETURN QUERY SELECT * FROM sluice_admit_runs(t, highest, runs);
-END $$;
+  RETURN QUERY EXECUTE 'SELECT * FROM sluice_admit_runs($1, $2, $3)' USING t, highest, runs;
+END $_$;
 
 
 --
@@ -157,7 +157,7 @@ END $$;
 
 CREATE FUNCTION public.sluice_admit_runs(t text, highest jsonb, runs jsonb) RETURNS SETOF public.agent_runs
     LANGUAGE plpgsql
-    AS $$
+    AS $_$
 BEGIN
   PERFORM pg_advisory_xact_lock(hashtext('sluice:tenant:' || t));
   -- A statement after the lock: in a volatile function it reads what committed while it waited.
@@ -168,8 +168,8 @@ BEGIN
   ) THEN
     RETURN;
   END IF;
-  RETURN QUERY SELECT * FROM sluice_insert_runs(runs);
-END $$;
+  RETURN QUERY EXECUTE 'SELECT * FROM sluice_insert_runs($1)' USING runs;
+END $_$;
 
 
 --
