@@ -1,11 +1,12 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, openSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
-import { tmpdir, userInfo } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
 import { serverOf, type PostgresServer } from './postgres-config.js';
+import { installedPgBouncer, startPgBouncer, type RunningPgBouncer } from './pgbouncer.js';
 import { freePort, postgresAnswers } from './probes.mjs';
 import { serviceDecision, type TestService } from './test-services.js';
 // @ts-expect-error plain ESM script without types
@@ -125,20 +126,10 @@ async function pgliteTemplate(): Promise<{ path: string; remove: () => void }> {
   return { path: join(dir, 'db'), remove: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
-interface RunningPgBouncer {
-  config: PostgresTestConfig;
-  stop(): Promise<void>;
-}
-
 /**
  * A PgBouncer in transaction mode in front of `server`: the one named by PGBOUNCER_URL when
- * set (it must answer), else one started here on a free loopback port, from an ini written to
- * .sluice/pgbouncer/, and stopped when the run ends.
- *
- * Clients log in without a password (`auth_type = any`, on 127.0.0.1 only) and PgBouncer logs
- * in to PostgreSQL as one fixed role. pgbouncer refuses to run as root, so under root it drops
- * to the `postgres` user, and then uses the `postgres` role over the socket, which peer
- * authentication accepts.
+ * set (it must answer), else one started here (pgbouncer.ts) on a free loopback port, from an
+ * ini written to .sluice/pgbouncer/, and stopped when the run ends.
  */
 async function ensurePgBouncer(
   server: PostgresServer,
@@ -150,58 +141,12 @@ async function ensurePgBouncer(
     if (!(await answers(config))) throw new Error('PGBOUNCER_URL is set but PgBouncer does not answer');
     return { config, stop: async () => undefined };
   }
-  const binary =
-    ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].find((p) => existsSync(p)) ?? onPath('pgbouncer');
+  const binary = installedPgBouncer() ?? onPath('pgbouncer');
   if (!binary) {
     missing('PgBouncer');
     return undefined;
   }
-  const root = process.getuid?.() === 0;
-  const host = server.host ?? '127.0.0.1';
-  const socket = host.startsWith('/');
-  const login =
-    root && socket
-      ? { user: 'postgres' }
-      : { user: server.user ?? userInfo().username, password: server.password };
-  const target = [
-    `host=${host}`,
-    `port=${server.port ?? 5432}`,
-    `user=${login.user}`,
-    ...(login.password ? [`password=${login.password}`] : []),
-  ].join(' ');
-  const port = await freePort();
-  const dir = resolve('.sluice/pgbouncer');
-  mkdirSync(dir, { recursive: true });
-  const ini = join(dir, 'pgbouncer.ini');
-  writeFileSync(
-    ini,
-    [
-      '[databases]',
-      `* = ${target}`,
-      '',
-      '[pgbouncer]',
-      'listen_addr = 127.0.0.1',
-      `listen_port = ${port}`,
-      'unix_socket_dir =',
-      'auth_type = any',
-      'pool_mode = transaction',
-      'max_client_conn = 1000',
-      'default_pool_size = 40',
-      'ignore_startup_parameters = extra_float_digits,options',
-      ...(root ? ['user = postgres'] : []),
-      '',
-    ].join('\n'),
-  );
-  const log = openSync(join(dir, 'pgbouncer.log'), 'a');
-  const child = spawn(binary, [ini], { stdio: ['ignore', log, log] });
-  const exited = new Promise<void>((done) => child.once('exit', () => done()));
-  const config = { host: '127.0.0.1', port, user: userInfo().username, database };
-  for (let i = 0; i < 100 && child.exitCode === null; i++) {
-    if (await answers(config)) return { config, stop: () => (child.kill('SIGTERM'), exited) };
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  child.kill('SIGKILL');
-  throw new Error(`PgBouncer did not start on 127.0.0.1:${port}; see ${join(dir, 'pgbouncer.log')}`);
+  return startPgBouncer(binary, server, database, resolve('.sluice/pgbouncer'));
 }
 
 const answers = (config: PostgresTestConfig) => postgresAnswers(config);

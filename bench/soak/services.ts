@@ -11,6 +11,7 @@ import { chownSync, existsSync, mkdtempSync, openSync, readdirSync, rmSync, writ
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort, postgresAnswers } from '../../scripts/probes.mjs';
+import { installedPgBouncer, pgbouncerIni } from '../../scripts/pgbouncer.js';
 
 const asRoot = process.getuid?.() === 0;
 
@@ -127,32 +128,20 @@ function daemon(command: string, args: string[], logFile: string): ChildProcess 
 
 /** PgBouncer in transaction mode in front of `postgres`, as a platform team runs it. */
 export async function startPgBouncer(postgres: Postgres, database: string): Promise<Service> {
-  const binary = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].find((p) => existsSync(p));
+  const binary = installedPgBouncer();
   if (!binary) throw new Error('The soak needs pgbouncer (apt-get install pgbouncer)');
   const dir = ownedFolder('sluice-soak-bouncer-');
   const port = await freePort();
   const ini = join(dir, 'pgbouncer.ini');
   writeFileSync(
     ini,
-    [
-      '[databases]',
-      `* = host=127.0.0.1 port=${postgres.port} user=postgres`,
-      '[pgbouncer]',
-      'listen_addr = 127.0.0.1',
-      `listen_port = ${port}`,
-      'unix_socket_dir =',
-      'auth_type = any',
-      'pool_mode = transaction',
+    pgbouncerIni(`host=127.0.0.1 port=${postgres.port} user=postgres`, port, [
       'max_client_conn = 2000',
       'default_pool_size = 60',
       'server_login_retry = 1',
       // The soak samples its clients on the admin console (SHOW POOLS).
       'admin_users = postgres',
-      'ignore_startup_parameters = extra_float_digits,options',
-      // pgbouncer refuses to run as root; started as root, it drops to this user itself.
-      ...(asRoot ? ['user = postgres'] : []),
-      '',
-    ].join('\n'),
+    ]),
   );
   let child = daemon(binary, [ini], join(dir, 'pgbouncer.log'));
   const url = `postgresql://postgres@127.0.0.1:${port}/${database}`;

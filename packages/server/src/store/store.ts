@@ -89,8 +89,11 @@ function idleInTransactionMs(statementTimeoutMs: number): number {
 /** How the store's connections get their timeouts: in the startup packet, or per transaction. */
 type TimeoutsAt = 'startup' | 'transaction';
 
+const statementTimeoutOf = (options: StoreOptions) =>
+  options.statementTimeoutMs ?? settingDefaults.statementTimeoutMs;
+
 function poolOf(url: string, options: StoreOptions, at: TimeoutsAt): { pool: pg.Pool; db: Database } {
-  const statementTimeout = options.statementTimeoutMs ?? settingDefaults.statementTimeoutMs;
+  const statementTimeout = statementTimeoutOf(options);
   const timeouts = {
     statement_timeout: statementTimeout,
     // Lock waits (the tenant admission lock above all) are bounded too: a stuck holder makes
@@ -131,6 +134,21 @@ function poolOf(url: string, options: StoreOptions, at: TimeoutsAt): { pool: pg.
 const refusesStartupSettings = (error: unknown): boolean =>
   /unsupported startup parameter/i.test((error as Error)?.message ?? '');
 
+/**
+ * Whether a session has the statement timeout its connection asked for. A pooler told to accept
+ * settings at connect and drop them (PgBouncer's `ignore_startup_parameters`, the usual answer
+ * to the refusal above) connects without a word and leaves every statement unbounded. It is
+ * also a pooler, so its sessions are shared: no prepared statements there either.
+ */
+async function appliedAtConnect(db: Database, statementTimeoutMs: number): Promise<string | undefined> {
+  const { rows } = await db.query<{ applied: boolean; setting: string }>(
+    `SELECT current_setting('statement_timeout')::interval = $1::float8 * interval '1 millisecond' AS applied,
+            current_setting('statement_timeout') AS setting`,
+    [statementTimeoutMs],
+  );
+  return rows[0]!.applied ? undefined : rows[0]!.setting;
+}
+
 async function openPostgres(url: string, options: StoreOptions): Promise<Store> {
   let { pool, db } = poolOf(url, options, 'startup');
   let at: TimeoutsAt = 'startup';
@@ -141,7 +159,16 @@ async function openPostgres(url: string, options: StoreOptions): Promise<Store> 
   for (let delay = 250; ; delay = Math.min(delay * 2, 5_000)) {
     try {
       await migrate(db);
-      break;
+      const dropped = at === 'startup' ? await appliedAtConnect(db, statementTimeoutOf(options)) : undefined;
+      if (dropped === undefined) break;
+      await pool.end().catch(() => undefined);
+      ({ pool, db } = poolOf(url, options, 'transaction'));
+      at = 'transaction';
+      options.onNotice?.(
+        `the database accepted settings at connect time but did not apply them (statement_timeout is ${dropped}), ` +
+          "as a pooler's ignore_startup_parameters does: each transaction sets its statement and lock timeouts " +
+          'itself, and no statement is prepared; set the timeouts on the role for single statements',
+      );
     } catch (error) {
       if (at === 'startup' && refusesStartupSettings(error)) {
         // Behind a pooler in transaction mode: each transaction sets its own timeouts, and a

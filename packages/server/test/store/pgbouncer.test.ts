@@ -1,5 +1,9 @@
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import pg from 'pg';
 import { expect, inject, it } from 'vitest';
+import { installedPgBouncer, startPgBouncer } from '../../../../scripts/pgbouncer.js';
 import { describeWith } from '../../../../scripts/service-suites.js';
 import { openStore, type Store } from '../../src/store/store.js';
 import { afterThisTest, databaseNameOf, freshDatabase, postgres } from '../harness/index.js';
@@ -54,6 +58,32 @@ describeWith({ PostgreSQL: postgres, PgBouncer: pgbouncer })(
         ['55P03', '57014'].includes(error.code ?? ''),
       );
       await holder.query('ROLLBACK');
+    });
+
+    it('a pooler that accepts settings at connect and drops them is found out, and each transaction sets the timeouts', async () => {
+      // PgBouncer's ignore_startup_parameters, the usual answer to its refusal above: the store
+      // connected without a word, and no statement or lock wait of it was bounded.
+      const binary = installedPgBouncer();
+      if (!binary) throw new Error('pgbouncer is not installed where Debian puts it');
+      const dir = mkdtempSync(join(tmpdir(), 'sluice-pgbouncer-'));
+      chmodSync(dir, 0o755);
+      const direct = await freshDatabase();
+      const lenient = await startPgBouncer(binary, postgres!, databaseNameOf(direct), dir, [
+        'statement_timeout',
+        'lock_timeout',
+        'idle_in_transaction_session_timeout',
+      ]);
+      afterThisTest(async () => {
+        await lenient.stop();
+        rmSync(dir, { recursive: true, force: true });
+      });
+      const behind = `postgresql://${encodeURIComponent(lenient.config.user!)}@${lenient.config.host}:${lenient.config.port}/${databaseNameOf(direct)}`;
+      const notices: string[] = [];
+      const store = await open(behind, notices);
+      expect(notices).toEqual([
+        expect.stringMatching(/accepted settings at connect time but did not apply them/),
+      ]);
+      expect(await settingsOf(store)).toEqual({ lock: '300ms', statement: '300ms' });
     });
 
     it('straight to PostgreSQL keeps the timeouts on the session, single statements included', async () => {
