@@ -135,10 +135,11 @@ const refusesStartupSettings = (error: unknown): boolean =>
   /unsupported startup parameter/i.test((error as Error)?.message ?? '');
 
 /**
- * Whether a session has the statement timeout its connection asked for. A pooler told to accept
- * settings at connect and drop them (PgBouncer's `ignore_startup_parameters`, the usual answer
- * to the refusal above) connects without a word and leaves every statement unbounded. It is
- * also a pooler, so its sessions are shared: no prepared statements there either.
+ * The statement timeout a session has when it is not the one its connection asked for
+ * (undefined when it is). A pooler told to accept settings at connect and drop them
+ * (PgBouncer's `ignore_startup_parameters`, the usual answer to the refusal above) connects
+ * without a word and leaves every statement unbounded. It is also a pooler, so its sessions
+ * are shared: no prepared statements there either.
  */
 async function appliedAtConnect(db: Database, statementTimeoutMs: number): Promise<string | undefined> {
   const { rows } = await db.query<{ applied: boolean; setting: string }>(
