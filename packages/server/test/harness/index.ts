@@ -33,6 +33,7 @@ export {
   startDatabaseProxy,
   startTcpProxy,
   throughProxy,
+  throughPgBouncer,
   type TcpProxy,
 } from './tcp-proxy.js';
 export { until } from './wait.js';

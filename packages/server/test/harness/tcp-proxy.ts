@@ -46,3 +46,11 @@ export function throughProxy(databaseUrl: string, port: number): string {
   const database = databaseNameOf(databaseUrl);
   return `postgresql://${encodeURIComponent(postgres?.user ?? 'root')}@127.0.0.1:${port}/${database}`;
 }
+
+/** The connection string of `databaseUrl`'s database, through a PgBouncer (host, port, user). */
+export function throughPgBouncer(
+  bouncer: { host?: string; port?: number; user?: string },
+  databaseUrl: string,
+): string {
+  return `postgresql://${encodeURIComponent(bouncer.user!)}@${bouncer.host}:${bouncer.port}/${databaseNameOf(databaseUrl)}`;
+}

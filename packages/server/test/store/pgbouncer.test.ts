@@ -6,7 +6,13 @@ import { expect, inject, it } from 'vitest';
 import { installedPgBouncer, startPgBouncer } from '../../../../scripts/pgbouncer.js';
 import { describeWith } from '../../../../scripts/service-suites.js';
 import { openStore, type Store } from '../../src/store/store.js';
-import { afterThisTest, databaseNameOf, freshDatabase, postgres } from '../harness/index.js';
+import {
+  afterThisTest,
+  databaseNameOf,
+  freshDatabase,
+  postgres,
+  throughPgBouncer,
+} from '../harness/index.js';
 
 // Found by the soak: behind PgBouncer in transaction mode the server never started, because its
 // timeouts went in the startup packet, which PgBouncer refuses.
@@ -39,7 +45,7 @@ describeWith({ PostgreSQL: postgres, PgBouncer: pgbouncer })(
   () => {
     it('opens, says where its timeouts went, and bounds a lock wait in every transaction', async () => {
       const direct = await freshDatabase();
-      const behind = `postgresql://${encodeURIComponent(pgbouncer!.user!)}@${pgbouncer!.host}:${pgbouncer!.port}/${databaseNameOf(direct)}`;
+      const behind = throughPgBouncer(pgbouncer!, direct);
       const notices: string[] = [];
       const store = await open(behind, notices);
       expect(notices).toEqual([expect.stringMatching(/unsupported startup parameter: statement_timeout/)]);
@@ -77,7 +83,7 @@ describeWith({ PostgreSQL: postgres, PgBouncer: pgbouncer })(
         await lenient.stop();
         rmSync(dir, { recursive: true, force: true });
       });
-      const behind = `postgresql://${encodeURIComponent(lenient.config.user!)}@${lenient.config.host}:${lenient.config.port}/${databaseNameOf(direct)}`;
+      const behind = throughPgBouncer(lenient.config, direct);
       const notices: string[] = [];
       const store = await open(behind, notices);
       expect(notices).toEqual([

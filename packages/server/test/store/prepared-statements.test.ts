@@ -10,7 +10,7 @@ import { admitRun, type Admission } from '../../src/runs/admission.js';
 import { claimDeferredRun } from '../../src/runs/claims.js';
 import { finishRun } from '../../src/runs/lifecycle.js';
 import { openStore } from '../../src/store/store.js';
-import { afterThisTest, databaseNameOf, freshDatabase, postgres } from '../harness/index.js';
+import { afterThisTest, freshDatabase, postgres, throughPgBouncer } from '../harness/index.js';
 import { limits, run, who } from '../limits/admission-fixtures.js';
 
 // The hot statements (a deferred claim, a run's end, admission) are prepared once per
@@ -125,7 +125,7 @@ describeWith({ PostgreSQL: postgres, PgBouncer: pgbouncer })(
   () => {
     it('the pool stops naming statements at the first session that lacks one, and loses no statement', async () => {
       const direct = await freshDatabase();
-      const behind = `postgresql://${encodeURIComponent(pgbouncer!.user!)}@${pgbouncer!.host}:${pgbouncer!.port}/${databaseNameOf(direct)}`;
+      const behind = throughPgBouncer(pgbouncer!, direct);
       const text = prepared('SELECT $1::int + 1 AS n');
 
       // The hazard is real here: two clients naming the same statement meet on one server
