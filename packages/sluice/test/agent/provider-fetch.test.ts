@@ -1,0 +1,218 @@
+import { once } from 'node:events';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { brotliCompressSync, gzipSync } from 'node:zlib';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { observeResponses } from '../../src/models/response-observer.js';
+
+// A provider request (a `fetch` made inside an observed context, as the SDKs make them) is sent
+// with undici's `request`, not Node's `fetch`. What the SDK reads must not change: each case
+// here holds the answer to what Node's `fetch` gives for the same exchange, or to what `fetch`
+// is specified to do where the server misbehaves.
+
+let server: Server;
+let base: string;
+/** Requests the server has seen close, by path. */
+const closed: string[] = [];
+const waiters = new Map<string, () => void>();
+const heard = new Map<
+  string,
+  { method: string; url: string; headers: IncomingMessage['headers']; body: string }
+>();
+
+const routes: Record<string, (req: IncomingMessage, res: ServerResponse) => void> = {
+  '/echo': (req, res) => {
+    res.writeHead(201, 'Made It', [
+      ['content-type', 'application/json'],
+      ['set-cookie', 'a=1'],
+      ['set-cookie', 'b=2'],
+      ['x-ratelimit-remaining-requests', '7'],
+    ]);
+    res.end(JSON.stringify({ ok: true }));
+  },
+  '/stall-head': () => undefined,
+  '/stall-body': (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write('data: one\n\n');
+  },
+  '/cut': (req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write('data: one\n\n', () => setImmediate(() => req.socket.destroy()));
+  },
+  '/gzip': (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip' });
+    res.end(gzipSync(JSON.stringify({ packed: 'gzip' })));
+  },
+  '/br': (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'br' });
+    res.end(brotliCompressSync(JSON.stringify({ packed: 'br' })));
+  },
+  '/redirect': (_req, res) => {
+    res.writeHead(307, { location: '/echo' });
+    res.end();
+  },
+  '/empty': (_req, res) => {
+    res.writeHead(204);
+    res.end();
+  },
+};
+
+beforeAll(async () => {
+  server = createServer((req, res) => {
+    const path = new URL(req.url!, 'http://x').pathname;
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      heard.set(path, {
+        method: req.method!,
+        url: req.url!,
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString(),
+      });
+      routes[path]!(req, res);
+    });
+    res.on('close', () => {
+      closed.push(path);
+      waiters.get(path)?.();
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+afterAll(async () => {
+  server.closeAllConnections();
+  server.close();
+  await once(server, 'close');
+});
+
+const observed = <T>(body: () => Promise<T>) => observeResponses(() => undefined, body);
+const closedSoon = (path: string) =>
+  new Promise<void>((resolve) => (closed.includes(path) ? resolve() : waiters.set(path, resolve)));
+async function readAll(response: Response): Promise<string> {
+  return new TextDecoder().decode(await response.arrayBuffer());
+}
+
+it('answers as Node fetch does: status, status text, headers, repeated headers, body, url', async () => {
+  const init = {
+    method: 'post',
+    headers: new Headers({ authorization: 'Bearer k', 'x-extra': 'e' }),
+    body: 'plain text',
+  };
+  const viaFetch = await fetch(`${base}/echo?q=1`, init);
+  const seenByFetch = heard.get('/echo')!;
+  const viaProvider = await observed(() => fetch(`${base}/echo?q=1`, init));
+  const seenByProvider = heard.get('/echo')!;
+  const shape = async (r: Response) => ({
+    status: r.status,
+    statusText: r.statusText,
+    ok: r.ok,
+    url: r.url,
+    type: r.headers.get('content-type'),
+    cookies: r.headers.getSetCookie(),
+    limit: r.headers.get('x-ratelimit-remaining-requests'),
+    body: await readAll(r),
+  });
+  const a = await shape(viaFetch);
+  expect(await shape(viaProvider)).toEqual({ ...a, statusText: 'Created' });
+  // The server's own reason phrase is not kept ("Made It"): the standard text for the status is given.
+  expect(a.statusText).toBe('Made It');
+  // What the server heard: the same method, path, query, body and the caller's headers; a text body
+  // without a type typed as fetch types it.
+  for (const seen of [seenByFetch, seenByProvider])
+    expect(seen).toMatchObject({
+      method: 'POST',
+      url: '/echo?q=1',
+      body: 'plain text',
+      headers: {
+        authorization: 'Bearer k',
+        'x-extra': 'e',
+        'content-type': 'text/plain;charset=UTF-8',
+        'content-length': '10',
+      },
+    });
+});
+
+// That an abort is known in its own turn, before what runs after it, as with fetch, is held by
+// nesting.test.ts (C34: a child run's cancellation reaches it before its parent's ends).
+it('an abort before the answer rejects with the reason, and the request is closed at the server', async () => {
+  const controller = new AbortController();
+  const pending = observed(() =>
+    fetch(`${base}/stall-head`, { method: 'POST', body: '{}', signal: controller.signal }),
+  );
+  await expect.poll(() => heard.has('/stall-head')).toBe(true);
+  const reason = new Error('the run was cancelled');
+  controller.abort(reason);
+  await expect(pending).rejects.toBe(reason);
+  await closedSoon('/stall-head');
+});
+
+it('an abort while the body streams errors the reader with the reason, and closes the request', async () => {
+  const controller = new AbortController();
+  const response = await observed(() => fetch(`${base}/stall-body`, { signal: controller.signal }));
+  const reader = response.body!.getReader();
+  expect(new TextDecoder().decode((await reader.read()).value)).toBe('data: one\n\n');
+  const next = reader.read();
+  const reason = new Error('lease lost');
+  controller.abort(reason);
+  await expect(next).rejects.toBe(reason);
+  await closedSoon('/stall-body');
+});
+
+it('a connection cut in the body errors the reader with TypeError("terminated"), as fetch does', async () => {
+  const viaFetch = await fetch(`${base}/cut`);
+  const fetchError = await readAll(viaFetch).catch((e: unknown) => e);
+  const viaProvider = await observed(() => fetch(`${base}/cut`));
+  const providerError = await readAll(viaProvider).catch((e: unknown) => e);
+  for (const error of [fetchError, providerError]) {
+    expect(error).toBeInstanceOf(TypeError);
+    expect((error as Error).message).toBe('terminated');
+  }
+});
+
+it('a server that is not there rejects with TypeError("fetch failed"), its cause the refusal', async () => {
+  const probe = createServer();
+  probe.listen(0, '127.0.0.1');
+  await once(probe, 'listening');
+  const { port } = probe.address() as AddressInfo;
+  probe.close();
+  await once(probe, 'close');
+  const error = (await observed(() =>
+    fetch(`http://127.0.0.1:${port}/v1/chat/completions`, { method: 'POST', body: '{}' }),
+  ).catch((e: unknown) => e)) as TypeError & { cause: { code?: string } };
+  expect(error).toBeInstanceOf(TypeError);
+  expect(error.message).toBe('fetch failed');
+  expect(error.cause.code).toBe('ECONNREFUSED');
+});
+
+it.each(['gzip', 'br'])('a %s answer is decompressed, as fetch does', async (coding) => {
+  const response = await observed(() => fetch(`${base}/${coding}`));
+  expect(JSON.parse(await readAll(response))).toEqual({ packed: coding });
+});
+
+it('a redirect is followed, and a 204 has no body', async () => {
+  const redirected = await observed(() => fetch(`${base}/redirect`, { method: 'POST', body: 'again' }));
+  expect([redirected.status, await readAll(redirected)]).toEqual([201, '{"ok":true}']);
+  expect(heard.get('/echo')!.body).toBe('again');
+  const empty = await observed(() => fetch(`${base}/empty`));
+  expect([empty.status, empty.body]).toEqual([204, null]);
+});
+
+it('what this path does not send itself (a Request, a streamed body) goes to fetch, unchanged', async () => {
+  const fromRequest = await observed(() =>
+    fetch(new Request(`${base}/echo`, { method: 'POST', body: 'as a request' })),
+  );
+  expect([fromRequest.status, heard.get('/echo')!.body]).toEqual([201, 'as a request']);
+  const streamed = new ReadableStream({
+    start(c) {
+      c.enqueue(new TextEncoder().encode('streamed'));
+      c.close();
+    },
+  });
+  const fromStream = await observed(() =>
+    fetch(`${base}/echo`, { method: 'POST', body: streamed, duplex: 'half' } as RequestInit),
+  );
+  expect([fromStream.status, heard.get('/echo')!.body]).toEqual([201, 'streamed']);
+  await readAll(fromRequest);
+  await readAll(fromStream);
+});
