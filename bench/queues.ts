@@ -17,6 +17,9 @@
  *     in-flight count for it and for any tenant, whether every tenant kept to 10, and whether
  *     that tenant reached 10 (a cap kept by running fewer is not the cap).
  *
+ * Beside each rate, the CPU time the system's server process used per request (enqueue) or per
+ * run (end to end), read from the process itself over the measured span.
+ *
  * Ratios are Sluice's figure over the best peer's in the same run. Last line: JSON
  * `{"bench":"queues","enqueue_vs_best_peer":…,"end_to_end_vs_best_peer":…,"capped_vs_best_peer":…}`
  * (the first two the worse of their two settings).
@@ -158,12 +161,20 @@ console.log(
 );
 console.log(
   table(
-    ['system', 'clients', 'requests/s', 'p50 ms', 'p99 ms', 'ratio'],
+    ['system', 'clients', 'requests/s', 'p50 ms', 'p99 ms', 'server CPU µs/request', 'ratio'],
     [...enqueued].flatMap(([clients, by]) => enqueueRows(clients, by)),
   ),
 );
 console.log(`\nEnd to end: ${runs} runs by 32 clients, from the first POST to the last run's end`);
-const endHeader = ['system', 'model answers in', 'runs done', 'seconds', 'runs/s', 'ratio'];
+const endHeader = [
+  'system',
+  'model answers in',
+  'runs done',
+  'seconds',
+  'runs/s',
+  'server CPU µs/run',
+  'ratio',
+];
 console.log(
   table(
     endHeader,
@@ -221,6 +232,22 @@ console.log(
     sluice_enqueue_rps: Object.fromEntries(
       [...enqueued].map(([c, by]) => [c, Math.round(by.get(SLUICE)!.rps)]),
     ),
+    // The server process's CPU per request (enqueue) and per run (end to end), each system's: a
+    // figure a busy shared machine disturbs less than a rate.
+    server_cpu_us: {
+      ...Object.fromEntries(
+        [...enqueued].map(([c, by]) => [
+          `enqueue_${c}`,
+          Object.fromEntries([...by].map(([n, f]) => [n, Math.round(f.cpuUs)])),
+        ]),
+      ),
+      ...Object.fromEntries(
+        [...ended].map(([d, by]) => [
+          `end_to_end_${d}ms`,
+          Object.fromEntries([...by].map(([n, f]) => [n, Math.round(f.cpuUs)])),
+        ]),
+      ),
+    },
     load_avg_start: Number(loadAtStart.toFixed(1)),
     load_avg_end: Number(loadavg()[0]!.toFixed(1)),
   }),

@@ -91,6 +91,14 @@ export function childOptions<T>(): T {
 
 type Handler = (message: Message) => Promise<Record<string, unknown> | void> | Record<string, unknown> | void;
 
+/** What every child answers: `cpu`, the CPU time this process has used so far (µs). */
+const builtIn: Record<string, Handler> = {
+  cpu: () => {
+    const { user, system } = process.cpuUsage();
+    return { us: user + system };
+  },
+};
+
 /**
  * Tells the parent this process is ready (with `readyFields`), then answers its requests with
  * `handlers`. `stop` runs the handler of that name, answers, and lets go of the channel, so
@@ -106,7 +114,7 @@ export function answerParent(readyFields: Record<string, unknown>, handlers: Rec
     if (m.type === 'stop') stopping = true;
     void (async () => {
       try {
-        const answer = (await handlers[m.type]?.(m)) ?? {};
+        const answer = (await (handlers[m.type] ?? builtIn[m.type])?.(m)) ?? {};
         process.send!({ id: m.id, type: m.type, ...answer });
         if (m.type === 'stop') process.disconnect();
       } catch (error) {

@@ -26,6 +26,8 @@ export interface EnqueueFigures {
   p50: number;
   p99: number;
   wrong: number;
+  /** CPU time of the system's server process per request measured (µs). */
+  cpuUs: number;
 }
 
 export interface EndToEndFigures {
@@ -40,7 +42,12 @@ export interface EndToEndFigures {
   /** The watched tenant (the first of the measure's) and the most of its runs open at once. */
   watched: string;
   demand: number;
+  /** CPU time of the system's server process per run done, from the first POST to the last end (µs). */
+  cpuUs: number;
 }
+
+/** CPU time the child has used so far (µs). */
+const cpuOf = async (child: Child) => (await child.request<{ us: number }>('cpu')).us;
 
 async function freshDatabase(bench: Bench, name: string): Promise<string> {
   await bench.admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
@@ -106,15 +113,17 @@ export async function enqueue(
     system,
     index,
     { tenants, tenantCap: 10 },
-    async (ready) => {
+    async (ready, _url, server) => {
       await runLoad(bench, { system: ready, pattern: tenants, connections: clients, ...length.warmUp });
+      const cpuBefore = await cpuOf(server);
       const r = await runLoad(bench, {
         system: ready,
         pattern: tenants,
         connections: clients,
         ...length.measured,
       });
-      return { rps: r.rps, p50: r.p50, p99: r.p99, wrong: r.wrong };
+      const cpuUs = (await cpuOf(server)) - cpuBefore;
+      return { rps: r.rps, p50: r.p50, p99: r.p99, wrong: r.wrong, cpuUs: cpuUs / Math.max(1, r.accepted) };
     },
     'kill',
   );
@@ -144,10 +153,11 @@ export async function endToEnd(
     system,
     index,
     { tenants: options.tenants, tenantCap: options.tenantCap },
-    async (ready, databaseUrl) => {
+    async (ready, databaseUrl, server) => {
       const db = new pg.Client({ connectionString: databaseUrl });
       await db.connect();
       try {
+        const cpuBefore = await cpuOf(server);
         const loaded = runLoad(bench, {
           system: ready,
           pattern: options.pattern,
@@ -168,6 +178,7 @@ export async function endToEnd(
           demand = Math.max(demand, state.openOfTenant);
         }
         const end = Date.now();
+        const cpuUs = (await cpuOf(server)) - cpuBefore;
         const result = await loaded;
         const { peaks } = await bench.standIn.request<{ peaks: Record<string, number> }>('peaks');
         const done = result.accepted - state.open - state.failed;
@@ -182,6 +193,7 @@ export async function endToEnd(
           peaks,
           watched,
           demand,
+          cpuUs: cpuUs / Math.max(1, done),
         };
       } finally {
         await db.end();

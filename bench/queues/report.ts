@@ -24,6 +24,7 @@ export function enqueueRows(clients: number, by: Map<string, EnqueueFigures>): s
     f.rps.toFixed(0),
     f.p50.toFixed(1),
     f.p99.toFixed(1),
+    f.cpuUs.toFixed(0),
     name === SLUICE ? `${ratio.toFixed(2)}x ${best}` : `${(f.rps / by.get(SLUICE)!.rps).toFixed(2)}x sluice`,
   ]);
 }
@@ -45,6 +46,7 @@ export function endToEndRows(label: string, by: Map<string, EndToEndFigures>, ca
     `${f.runs}${f.finished ? '' : ' (timed out)'}${f.failed ? `, ${f.failed} failed` : ''}`,
     f.seconds.toFixed(1),
     f.rate.toFixed(1),
+    f.cpuUs.toFixed(0),
     name === SLUICE
       ? `${ratio.toFixed(2)}x ${best}`
       : `${(f.rate / by.get(SLUICE)!.rate).toFixed(2)}x sluice`,

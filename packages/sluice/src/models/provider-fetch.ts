@@ -1,6 +1,7 @@
+import { getMaxListeners, setMaxListeners } from 'node:events';
 import { STATUS_CODES } from 'node:http';
-import type { Readable } from 'node:stream';
-import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
+import { pipeline, Transform, type Readable } from 'node:stream';
+import { constants, createBrotliDecompress, createGunzip, createInflate, createInflateRaw } from 'node:zlib';
 import { request, type Dispatcher } from 'undici';
 
 /**
@@ -11,17 +12,20 @@ import { request, type Dispatcher } from 'undici';
  * the same `Response`). Every model call of every run pays that, on its first text's path.
  *
  * What a caller of `fetch` relies on is kept:
- *   - the dispatcher: undici's global one, which Node's `fetch` uses too (a proxy set with
- *     `setGlobalDispatcher` applies to both);
- *   - redirects are followed, by handing the request to `fetch` itself (a provider answering a
- *     model call with a redirect is rare enough that its cost does not matter);
+ *   - the dispatcher: undici's global one, shared with Node's `fetch` (a proxy set with
+ *     `setGlobalDispatcher` applies to both). Loading undici puts its own agent there when none
+ *     is set yet, so Node's `fetch` in the same process then runs on undici 7's agent too;
+ *   - redirects are followed, by handing the request to `fetch` itself: the redirecting address
+ *     hears the request twice (a provider redirecting a model call is rare enough for that);
  *   - an abort rejects with the signal's reason, a failure before the answer with
- *     `TypeError('fetch failed')` (its cause the network error), a failure of the body with
- *     `TypeError('terminated')`, as `fetch` does;
- *   - a compressed answer is decompressed (`fetch` asks for gzip, deflate and br; this path asks
- *     for nothing, but a server may compress all the same).
- * A request this path does not handle as `fetch` would (a `Request` object, a streamed or form
- * body, `redirect` other than `follow`) goes to `fetch` unchanged.
+ *     `TypeError('fetch failed')` (its cause the network error, or a status outside 200 to
+ *     599, which a `Response` cannot carry), a failure of the body with `TypeError('terminated')`;
+ *   - a compressed answer is decoded as `fetch` decodes it (this path asks for no compression,
+ *     but a server or a proxy may compress all the same), and HEAD, 204, 205 and 304 have no body.
+ * What differs: `statusText` is the standard text of the status, not the server's reason phrase;
+ * no `user-agent` or `accept-encoding` is added (the SDKs send their own user agent). A request
+ * this path does not send as `fetch` would (a `Request` object, a streamed or form body,
+ * `redirect` other than `follow`, a scheme other than http and https) goes to `fetch` unchanged.
  */
 export function providerFetch(fallback: typeof fetch): typeof fetch {
   return async function fastFetch(input, init) {
@@ -35,9 +39,12 @@ export function providerFetch(fallback: typeof fetch): typeof fetch {
     )
       return fallback(input, init);
     const signal = init?.signal ?? undefined;
+    // Each request in flight listens on the signal, as fetch's do: so does fetch raise its limit.
+    if (signal && getMaxListeners(signal) < SIGNAL_LISTENERS) setMaxListeners(SIGNAL_LISTENERS, signal);
+    const method = methodOf(init?.method);
     const answer = await answered(
       request(target, {
-        method: methodOf(init?.method),
+        method,
         headers: headerPairs(init?.headers, typeof body === 'string'),
         body: body ?? undefined,
         signal,
@@ -46,8 +53,16 @@ export function providerFetch(fallback: typeof fetch): typeof fetch {
     );
     const status = answer.statusCode;
     if (REDIRECTS.has(status) && answer.headers.location !== undefined) {
+      // Sent again by fetch, which follows it: the redirecting address hears the request twice.
       discard(answer.body);
       return fallback(input, init);
+    }
+    if (status < 200 || status > 599) {
+      // A Response cannot carry it (fetch's own can): a broken answer, as a failed connection.
+      discard(answer.body);
+      throw new TypeError('fetch failed', {
+        cause: new RangeError(`status ${status} is not an HTTP status`),
+      });
     }
     const headers = new Headers();
     for (const [name, value] of Object.entries(answer.headers)) {
@@ -55,7 +70,8 @@ export function providerFetch(fallback: typeof fetch): typeof fetch {
       if (Array.isArray(value)) for (const v of value) headers.append(name, v);
       else headers.append(name, value);
     }
-    const response = new Response(NULL_BODY.has(status) ? discard(answer.body) : webBody(answer, signal), {
+    const bodiless = method === 'HEAD' || NULL_BODY.has(status);
+    const response = new Response(bodiless ? discard(answer.body) : webBody(answer, signal), {
       status,
       statusText: STATUS_CODES[status] ?? '',
       headers,
@@ -64,6 +80,9 @@ export function providerFetch(fallback: typeof fetch): typeof fetch {
     return response;
   } as typeof fetch;
 }
+
+/** What fetch raises an AbortSignal's listener limit to. */
+const SIGNAL_LISTENERS = 1500;
 
 /**
  * The answer's head, or the failure `fetch` would give: an abort rejects in the abort's own turn
@@ -110,8 +129,12 @@ function headerPairs(headers: RequestInit['headers'], textBody: boolean): string
   const pairs: string[] = [];
   let typed = false;
   if (headers !== undefined) {
-    const entries = headers instanceof Headers || Array.isArray(headers) ? headers : Object.entries(headers);
-    for (const [name, value] of entries as Iterable<[string, string]>) {
+    // Headers (any implementation), an array of pairs, a Map: pairs; anything else a record.
+    const entries =
+      typeof (headers as Partial<Iterable<unknown>>)[Symbol.iterator] === 'function'
+        ? (headers as Iterable<[string, string]>)
+        : Object.entries(headers);
+    for (const [name, value] of entries) {
       pairs.push(name, value);
       if (!typed && name.toLowerCase() === 'content-type') typed = true;
     }
@@ -186,17 +209,69 @@ function discard(body: Readable): null {
   return null;
 }
 
+/**
+ * The body as the server sent it, decoded as fetch decodes it: the codings in reverse order, at
+ * most five, leniently (a body cut short or empty still gives what it has), `deflate` with or
+ * without its zlib header; a coding it does not know leaves the body as it is. A decoder's
+ * failure ends the request too.
+ */
 function decoded(body: Readable, encoding: string | string[] | undefined): Readable {
-  const coding = (Array.isArray(encoding) ? encoding.join(',') : (encoding ?? '')).trim().toLowerCase();
-  const decoder =
-    coding === 'gzip' || coding === 'x-gzip'
-      ? createGunzip()
-      : coding === 'deflate'
-        ? createInflate()
-        : coding === 'br'
-          ? createBrotliDecompress()
-          : undefined;
-  if (!decoder) return body;
-  body.on('error', (error) => decoder.destroy(error));
-  return body.pipe(decoder);
+  const codings = (Array.isArray(encoding) ? encoding.join(',') : (encoding ?? ''))
+    .toLowerCase()
+    .split(',')
+    .map((c) => c.trim())
+    .filter((c) => c !== '' && c !== 'identity');
+  if (codings.length === 0) return body;
+  if (codings.length > 5) {
+    const refused = new Transform();
+    refused.destroy(new Error(`${codings.length} content codings, more than 5`));
+    body.destroy();
+    return refused;
+  }
+  const decoders: Transform[] = [];
+  for (const coding of codings.reverse()) {
+    const decoder = decoderOf(coding);
+    if (!decoder) return body;
+    decoders.push(decoder);
+  }
+  return pipeline([body, ...decoders], () => undefined) as unknown as Readable;
+}
+
+const LENIENT = { flush: constants.Z_SYNC_FLUSH, finishFlush: constants.Z_SYNC_FLUSH };
+
+function decoderOf(coding: string): Transform | undefined {
+  if (coding === 'gzip' || coding === 'x-gzip') return createGunzip(LENIENT);
+  if (coding === 'br')
+    return createBrotliDecompress({
+      flush: constants.BROTLI_OPERATION_FLUSH,
+      finishFlush: constants.BROTLI_OPERATION_FLUSH,
+    });
+  if (coding === 'deflate') return inflateEither();
+  return undefined;
+}
+
+/** `deflate` as servers send it: zlib-wrapped (as the standard says) or raw, told by its first byte. */
+function inflateEither(): Transform {
+  let inner: Transform | undefined;
+  const outer: Transform = new Transform({
+    transform(chunk: Buffer, _encoding, done) {
+      if (!inner) {
+        if (chunk.length === 0) return done();
+        inner = (chunk[0]! & 0x0f) === 0x08 ? createInflate(LENIENT) : createInflateRaw(LENIENT);
+        inner.on('data', (data: Buffer) => outer.push(data));
+        inner.on('error', (error) => outer.destroy(error));
+      }
+      inner.write(chunk, done);
+    },
+    flush(done) {
+      if (!inner) return done();
+      inner.once('end', () => done());
+      inner.end();
+    },
+    destroy(error, done) {
+      inner?.destroy();
+      done(error);
+    },
+  });
+  return outer;
 }

@@ -1,7 +1,8 @@
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { brotliCompressSync, gzipSync } from 'node:zlib';
+import { getEventListeners } from 'node:events';
+import { brotliCompressSync, deflateRawSync, deflateSync, gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { observeResponses } from '../../src/models/response-observer.js';
 
@@ -46,6 +47,42 @@ const routes: Record<string, (req: IncomingMessage, res: ServerResponse) => void
   '/br': (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'br' });
     res.end(brotliCompressSync(JSON.stringify({ packed: 'br' })));
+  },
+  '/gzip-cut': (_req, res) => {
+    // The gzip trailer (CRC and length) missing: fetch still gives the text.
+    res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip' });
+    res.end(gzipSync(JSON.stringify({ packed: 'gzip-cut' })).subarray(0, -8));
+  },
+  '/gzip-empty': (_req, res) => {
+    // A proxy's refusal: typed gzip, no body.
+    res.writeHead(429, { 'content-encoding': 'gzip' });
+    res.end();
+  },
+  '/deflate-raw': (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'deflate' });
+    res.end(deflateRawSync(JSON.stringify({ packed: 'deflate-raw' })));
+  },
+  '/deflate': (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'deflate' });
+    res.end(deflateSync(JSON.stringify({ packed: 'deflate' })));
+  },
+  '/gzip-br': (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip, br' });
+    res.end(brotliCompressSync(gzipSync(JSON.stringify({ packed: 'gzip-br' }))));
+  },
+  '/gzip-corrupt': (_req, res) => {
+    // Not gzip at all, and it never ends: the decoder fails, and the request must end with it.
+    res.writeHead(200, { 'content-encoding': 'gzip' });
+    res.write('this is not gzip');
+    const more = setInterval(() => res.write(Buffer.alloc(16_384)), 5);
+    res.on('close', () => clearInterval(more));
+  },
+  '/600': (_req, res) => {
+    res.writeHead(600);
+    res.end('nonsense');
+  },
+  '/auth': (req, res) => {
+    res.end(req.headers.authorization ?? '(none)');
   },
   '/redirect': (_req, res) => {
     res.writeHead(307, { location: '/echo' });
@@ -185,9 +222,64 @@ it('a server that is not there rejects with TypeError("fetch failed"), its cause
   expect(error.cause.code).toBe('ECONNREFUSED');
 });
 
-it.each(['gzip', 'br'])('a %s answer is decompressed, as fetch does', async (coding) => {
-  const response = await observed(() => fetch(`${base}/${coding}`));
-  expect(JSON.parse(await readAll(response))).toEqual({ packed: coding });
+it.each(['gzip', 'br', 'deflate', 'deflate-raw', 'gzip-br', 'gzip-cut'])(
+  'a %s answer is decoded, as fetch decodes it',
+  async (coding) => {
+    const viaFetch = await readAll(await fetch(`${base}/${coding}`));
+    const response = await observed(() => fetch(`${base}/${coding}`));
+    expect(JSON.parse(await readAll(response))).toEqual({ packed: coding });
+    expect(JSON.parse(viaFetch)).toEqual({ packed: coding });
+  },
+);
+
+it('an empty body typed gzip reads as empty, and a HEAD has no body', async () => {
+  const refused = await observed(() => fetch(`${base}/gzip-empty`));
+  expect([refused.status, await readAll(refused)]).toEqual([429, '']);
+  const head = await observed(() => fetch(`${base}/gzip`, { method: 'HEAD' }));
+  expect([head.status, head.body]).toEqual([200, null]);
+});
+
+it('a body that fails to decode errors the reader and ends the request at the server', async () => {
+  const response = await observed(() => fetch(`${base}/gzip-corrupt`));
+  const error = (await readAll(response).catch((e: unknown) => e)) as Error;
+  expect([error.constructor, error.message]).toEqual([TypeError, 'terminated']);
+  await closedSoon('/gzip-corrupt');
+});
+
+it('a status no Response can carry (600) fails as a broken answer, and the request is ended', async () => {
+  const error = (await observed(() => fetch(`${base}/600`)).catch((e: unknown) => e)) as TypeError & {
+    cause: Error;
+  };
+  expect([error.constructor, error.message, error.cause.message]).toEqual([
+    TypeError,
+    'fetch failed',
+    'status 600 is not an HTTP status',
+  ]);
+  await closedSoon('/600');
+});
+
+it('headers given as a Map are sent; one signal for many requests leaves no listener and no warning', async () => {
+  const viaMap = await observed(() =>
+    fetch(`${base}/auth`, {
+      headers: new Map([['authorization', 'Bearer m']]) as unknown as RequestInit['headers'],
+    }),
+  );
+  expect(await readAll(viaMap)).toBe('Bearer m');
+  const warnings: Error[] = [];
+  const onWarning = (w: Error) => warnings.push(w);
+  process.on('warning', onWarning);
+  try {
+    const one = new AbortController();
+    const open = await Promise.all(
+      Array.from({ length: 20 }, () => observed(() => fetch(`${base}/auth`, { signal: one.signal }))),
+    );
+    await Promise.all(open.map(readAll));
+    expect(getEventListeners(one.signal, 'abort')).toHaveLength(0);
+    await new Promise((r) => setImmediate(r));
+    expect(warnings.filter((w) => w.name === 'MaxListenersExceededWarning')).toEqual([]);
+  } finally {
+    process.off('warning', onWarning);
+  }
 });
 
 it('a redirect is followed, and a 204 has no body', async () => {
