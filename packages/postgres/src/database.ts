@@ -284,9 +284,13 @@ export function fromPgPool(pool: PgPoolLike, poolOptions: PgPoolOptions = {}): D
         let result: T;
         try {
           result = await body(tx);
-        } finally {
+        } catch (error) {
+          // A BEGIN that failed (a connection gone silent, in pipeline mode, is dropped at
+          // BEGIN's timeout) fails the statements behind it: its error is the one that counts.
           await begin;
+          throw beginError ?? error;
         }
+        await begin;
         if (beginError !== undefined) throw beginError;
         await client.query('COMMIT');
         return result;
