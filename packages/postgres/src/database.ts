@@ -248,24 +248,10 @@ export function fromPgPool(pool: PgPoolLike, poolOptions: PgPoolOptions = {}): D
         // Stated explicitly: allocation reads must see rows committed before the row lock
         // was granted, which an older (REPEATABLE READ) snapshot would not. SET LOCAL lasts
         // for this transaction only: no session state is left behind for a pooler.
-        //
-        // Not waited for: on a client in node-postgres's pipeline mode (the store's pools) the
-        // body's first statement goes out behind it at once, and a transaction costs one round
-        // trip fewer; on any other client it is queued behind BEGIN as before. Either way the
-        // first statement runs inside the transaction, since the server takes them in order,
-        // and a failed BEGIN fails the transaction below. COMMIT is still sent only once the
-        // body has its answers, so a connection lost before then commits nothing.
-        const begun = client.query(
+        await client.query(
           (options?.synchronousCommit === false
             ? 'BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit TO off'
             : 'BEGIN ISOLATION LEVEL READ COMMITTED') + settings,
-        );
-        let beginError: unknown;
-        const begin = begun.then(
-          () => undefined,
-          (error: unknown) => {
-            beginError ??= error;
-          },
         );
         const tx: SqlClient = {
           async query<R>(text: string, params?: unknown[]) {
@@ -281,17 +267,7 @@ export function fromPgPool(pool: PgPoolLike, poolOptions: PgPoolOptions = {}): D
             }
           },
         };
-        let result: T;
-        try {
-          result = await body(tx);
-        } catch (error) {
-          // A BEGIN that failed (a connection gone silent, in pipeline mode, is dropped at
-          // BEGIN's timeout) fails the statements behind it: its error is the one that counts.
-          await begin;
-          throw beginError ?? error;
-        }
-        await begin;
-        if (beginError !== undefined) throw beginError;
+        const result = await body(tx);
         await client.query('COMMIT');
         return result;
       } catch (error) {

@@ -111,9 +111,6 @@ function poolOf(url: string, options: StoreOptions, at: TimeoutsAt): { pool: pg.
     // our own the statement waits for ever, and the pool's connections hang one by one. A
     // statement unanswered a second past the timeout fails, and its connection is dropped.
     query_timeout: statementTimeout + STALLED_MARGIN_MS,
-    // A transaction's BEGIN and its first statement go out together (see fromPgPool's
-    // transaction): one round trip fewer for each, admissions and claims among them.
-    pipeline: true,
     ...(at === 'startup' ? timeouts : {}),
   });
   // An idle connection that the server ends (restart, pg_terminate_backend, a proxy's reaper)
