@@ -18,7 +18,11 @@
  *     that tenant reached 10 (a cap kept by running fewer is not the cap).
  *
  * Beside each rate, the CPU time the system's server process used per request (enqueue) or per
- * run (end to end), read from the process itself over the measured span.
+ * run (end to end), read from the process itself over the measured span, and PostgreSQL's over
+ * the same span when it runs on this machine (queues/postgres-cpu.ts): at 0 ms the measure is
+ * bound by the two cores that every process shares, so these say where a run's cost goes.
+ * While a measure runs, the bench asks each system's database every 10 ms how many runs are
+ * open, reading its open runs only (systems.ts `open`).
  *
  * Ratios are Sluice's figure over the best peer's in the same run. Last line: JSON
  * `{"bench":"queues","enqueue_vs_best_peer":…,"end_to_end_vs_best_peer":…,"capped_vs_best_peer":…}`
@@ -161,7 +165,16 @@ console.log(
 );
 console.log(
   table(
-    ['system', 'clients', 'requests/s', 'p50 ms', 'p99 ms', 'server CPU µs/request', 'ratio'],
+    [
+      'system',
+      'clients',
+      'requests/s',
+      'p50 ms',
+      'p99 ms',
+      'server CPU µs/request',
+      'PostgreSQL CPU µs/request',
+      'ratio',
+    ],
     [...enqueued].flatMap(([clients, by]) => enqueueRows(clients, by)),
   ),
 );
@@ -173,6 +186,7 @@ const endHeader = [
   'seconds',
   'runs/s',
   'server CPU µs/run',
+  'PostgreSQL CPU µs/run',
   'ratio',
 ];
 console.log(
@@ -206,6 +220,7 @@ console.log(
   `\nratio: Sluice's rate over the best peer's (on Sluice's row), a peer's over Sluice's (on its own); load average ${loadAtStart.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end (2-core machine)`,
 );
 
+const roundOrNull = (us: number | undefined) => (us === undefined ? null : Math.round(us));
 const rate = (by: Map<string, EnqueueFigures | EndToEndFigures>) =>
   versusBest(new Map([...by].map(([n, f]) => [n, 'rps' in f ? f.rps : f.rate]))).ratio;
 const enqueueRatios = Object.fromEntries(
@@ -245,6 +260,21 @@ console.log(
         [...ended].map(([d, by]) => [
           `end_to_end_${d}ms`,
           Object.fromEntries([...by].map(([n, f]) => [n, Math.round(f.cpuUs)])),
+        ]),
+      ),
+    },
+    // PostgreSQL's CPU per request and per run in the same measures (null: not on this machine).
+    postgres_cpu_us: {
+      ...Object.fromEntries(
+        [...enqueued].map(([c, by]) => [
+          `enqueue_${c}`,
+          Object.fromEntries([...by].map(([n, f]) => [n, roundOrNull(f.postgresCpuUs)])),
+        ]),
+      ),
+      ...Object.fromEntries(
+        [...ended].map(([d, by]) => [
+          `end_to_end_${d}ms`,
+          Object.fromEntries([...by].map(([n, f]) => [n, roundOrNull(f.postgresCpuUs)])),
         ]),
       ),
     },

@@ -8,6 +8,7 @@ import { urlOf, type PostgresServer } from '../../scripts/postgres-config.js';
 import { startChild, type Child } from './child.js';
 import type { LoadRequest, LoadResult } from './load.js';
 import type { SystemOptions, SystemReady } from './options.js';
+import { postgresCpuUs } from './postgres-cpu.js';
 import type { System } from './systems.js';
 
 export interface Bench {
@@ -28,6 +29,8 @@ export interface EnqueueFigures {
   wrong: number;
   /** CPU time of the system's server process per request measured (µs). */
   cpuUs: number;
+  /** CPU time of the PostgreSQL server per request measured (µs), when it runs on this machine. */
+  postgresCpuUs: number | undefined;
 }
 
 export interface EndToEndFigures {
@@ -44,10 +47,31 @@ export interface EndToEndFigures {
   demand: number;
   /** CPU time of the system's server process per run done, from the first POST to the last end (µs). */
   cpuUs: number;
+  /** The same for the PostgreSQL server (µs), when it runs on this machine. */
+  postgresCpuUs: number | undefined;
 }
 
 /** CPU time the child has used so far (µs). */
 const cpuOf = async (child: Child) => (await child.request<{ us: number }>('cpu')).us;
+
+/**
+ * Starts counting the CPU of the server process and of PostgreSQL; the function returned stops
+ * the count and gives a function that spreads it over a number of requests or runs (µs each).
+ */
+async function cpuSpan(server: Child) {
+  const serverBefore = await cpuOf(server);
+  const postgres = postgresCpuUs();
+  return async () => {
+    const serverUs = (await cpuOf(server)) - serverBefore;
+    const postgresNow = postgresCpuUs();
+    const postgresUs =
+      postgres === undefined || postgresNow === undefined ? undefined : postgresNow - postgres;
+    return (count: number) => ({
+      cpuUs: serverUs / Math.max(1, count),
+      postgresCpuUs: postgresUs === undefined ? undefined : postgresUs / Math.max(1, count),
+    });
+  };
+}
 
 async function freshDatabase(bench: Bench, name: string): Promise<string> {
   await bench.admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
@@ -115,15 +139,15 @@ export async function enqueue(
     { tenants, tenantCap: 10 },
     async (ready, _url, server) => {
       await runLoad(bench, { system: ready, pattern: tenants, connections: clients, ...length.warmUp });
-      const cpuBefore = await cpuOf(server);
+      const counting = await cpuSpan(server);
       const r = await runLoad(bench, {
         system: ready,
         pattern: tenants,
         connections: clients,
         ...length.measured,
       });
-      const cpuUs = (await cpuOf(server)) - cpuBefore;
-      return { rps: r.rps, p50: r.p50, p99: r.p99, wrong: r.wrong, cpuUs: cpuUs / Math.max(1, r.accepted) };
+      const spent = await counting();
+      return { rps: r.rps, p50: r.p50, p99: r.p99, wrong: r.wrong, ...spent(r.accepted) };
     },
     'kill',
   );
@@ -157,7 +181,7 @@ export async function endToEnd(
       const db = new pg.Client({ connectionString: databaseUrl });
       await db.connect();
       try {
-        const cpuBefore = await cpuOf(server);
+        const counting = await cpuSpan(server);
         const loaded = runLoad(bench, {
           system: ready,
           pattern: options.pattern,
@@ -170,18 +194,19 @@ export async function endToEnd(
         // The first tenant's runs open at once (queued or running), the most seen: past the
         // cap, the cap decided something in this measure.
         const watched = options.tenants[0]!;
-        let state = await system.pending(db, watched);
-        let demand = state.openOfTenant;
-        while ((load === undefined || state.open > 0) && Date.now() < deadline) {
+        let seen = await system.open(db, watched);
+        let demand = seen.openOfTenant;
+        while ((load === undefined || seen.open > 0) && Date.now() < deadline) {
           await sleep(10);
-          state = await system.pending(db, watched);
-          demand = Math.max(demand, state.openOfTenant);
+          seen = await system.open(db, watched);
+          demand = Math.max(demand, seen.openOfTenant);
         }
         const end = Date.now();
-        const cpuUs = (await cpuOf(server)) - cpuBefore;
+        const spent = await counting();
         const result = await loaded;
-        const { peaks } = await bench.standIn.request<{ peaks: Record<string, number> }>('peaks');
+        const state = await system.pending(db, watched);
         const done = result.accepted - state.open - state.failed;
+        const { peaks } = await bench.standIn.request<{ peaks: Record<string, number> }>('peaks');
         const seconds = (end - result.startMs) / 1000;
         if (result.wrong > 0) console.warn(`${system.name}: ${result.wrong} POSTs not accepted`);
         return {
@@ -193,7 +218,7 @@ export async function endToEnd(
           peaks,
           watched,
           demand,
-          cpuUs: cpuUs / Math.max(1, done),
+          ...spent(done),
         };
       } finally {
         await db.end();

@@ -3,6 +3,9 @@ import type { EndToEndFigures, EnqueueFigures } from './phases.js';
 
 export const SLUICE = 'sluice';
 
+/** A CPU figure per request or run (µs), or '-' where PostgreSQL is not on this machine. */
+export const micros = (us: number | undefined) => (us === undefined ? '-' : us.toFixed(0));
+
 export function table(header: string[], rows: string[][]): string {
   const widths = header.map((_, i) => Math.max(...[header, ...rows].map((row) => row[i]!.length)));
   const line = (row: string[]) => `| ${row.map((cell, i) => cell.padEnd(widths[i]!)).join(' | ')} |`;
@@ -24,7 +27,8 @@ export function enqueueRows(clients: number, by: Map<string, EnqueueFigures>): s
     f.rps.toFixed(0),
     f.p50.toFixed(1),
     f.p99.toFixed(1),
-    f.cpuUs.toFixed(0),
+    micros(f.cpuUs),
+    micros(f.postgresCpuUs),
     name === SLUICE ? `${ratio.toFixed(2)}x ${best}` : `${(f.rps / by.get(SLUICE)!.rps).toFixed(2)}x sluice`,
   ]);
 }
@@ -46,7 +50,8 @@ export function endToEndRows(label: string, by: Map<string, EndToEndFigures>, ca
     `${f.runs}${f.finished ? '' : ' (timed out)'}${f.failed ? `, ${f.failed} failed` : ''}`,
     f.seconds.toFixed(1),
     f.rate.toFixed(1),
-    f.cpuUs.toFixed(0),
+    micros(f.cpuUs),
+    micros(f.postgresCpuUs),
     name === SLUICE
       ? `${ratio.toFixed(2)}x ${best}`
       : `${(f.rate / by.get(SLUICE)!.rate).toFixed(2)}x sluice`,
