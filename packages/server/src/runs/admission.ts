@@ -3,7 +3,7 @@ import { systemClock, type Clock } from 'sluice/concurrency';
 import type { Principal } from '../store/tokens.js';
 import { tuning } from '../tuning.js';
 import type { TenantLimits } from './policy.js';
-import { DepartureHistory, MIN_SPAN_MS } from './retry-after.js';
+import { MIN_SPAN_MS } from './retry-after.js';
 import {
   decideByCounts,
   highestCounts,
@@ -13,20 +13,26 @@ import {
   Tally,
   type SpendFigures,
 } from './admission-counts.js';
-import { admitDecided, admitHeldNow, insertRuns } from './lifecycle.js';
 import {
-  readCounters,
-  reconcileCounters,
-  type AdmissionCounters,
-  type NewRun,
-  type RunRow,
-} from './store.js';
+  decidedByCounts,
+  existingLine,
+  isHeld,
+  lineOf,
+  observe,
+  withEstimate,
+  type Admission,
+  type Line,
+  type Pending,
+  type WithRun,
+} from './admission-line.js';
+import { admitDecided, admitHeldNow, insertRuns } from './lifecycle.js';
+import { readCounters, reconcileCounters, type AdmissionCounters, type NewRun } from './store.js';
 import type { Refusal } from './refusal.js';
 import { inTurn } from './turns.js';
 
 export type { Refusal } from './refusal.js';
 
-export type Admission = { ok: true; run: RunRow } | { ok: false; refusal: Refusal };
+export type { Admission, WithRun } from './admission-line.js';
 
 /*
  * How admission stays exact and cheap. Figures: `npm run bench:server`, PostgreSQL 15, 32
@@ -80,73 +86,6 @@ export type Admission = { ok: true; run: RunRow } | { ok: false; refusal: Refusa
 export const MAX_BATCH = tuning.admissionBatch;
 /** How often a process sets a tenant's counters to the true counts (`tuning.admissionReconcileMs`). */
 export const RECONCILE_EVERY_MS = tuning.admissionReconcileMs;
-
-/**
- * Written in the admitting transaction after the run (a trigger's delivery or tick row): when it
- * throws, the run is not created either. A unique violation there fails only its own run: the
- * batch is then retried one run at a time (see `admitBatch`).
- */
-export type WithRun = (tx: { query: Database['query'] }, run: RunRow) => Promise<void>;
-
-interface Pending {
-  who: Principal;
-  run: NewRun;
-  limits: TenantLimits;
-  withRun?: WithRun;
-  resolve(admission: Admission): void;
-  reject(error: unknown): void;
-}
-
-interface Line {
-  queue: Pending[];
-  /** A turn is asked for and has not come yet: it will take the queue. */
-  turnAsked: boolean;
-  history: DepartureHistory;
-  reconciledAt: number | undefined;
-  /**
-   * The counts this process expects: the last read, plus the runs it admitted since (runs that
-   * ended meanwhile are not taken off). Lets a batch be written without a read first, and a
-   * held run start early; the statement itself checks the true counts under the lock.
-   */
-  expected: Tally | undefined;
-  /** The projects the last read covered (with the tenant's row ''): `expected` knows only these. */
-  readProjects: ReadonlySet<string>;
-  /** When the counters were last read (clock time), for the read made beside admissions. */
-  observedAt: number | undefined;
-  /** Reads started, numbered: a read that answers after a later one was observed is dropped. */
-  reads: number;
-  observedRead: number;
-}
-
-/** Per database handle, per tenant: admissions waiting for a batch, and what their reads saw. */
-const lines = new WeakMap<Database, Map<string, Line>>();
-
-function lineOf(db: Database, tenant: string): Line {
-  let tenants = lines.get(db);
-  if (!tenants) lines.set(db, (tenants = new Map()));
-  let line = tenants.get(tenant);
-  if (!line) {
-    // Bounded: tenant names come from tokens. Losing a history only costs an estimate.
-    if (tenants.size >= 10_000) {
-      for (const [name, l] of tenants) if (l.queue.length === 0) tenants.delete(name);
-    }
-    tenants.set(
-      tenant,
-      (line = {
-        queue: [],
-        turnAsked: false,
-        history: new DepartureHistory(),
-        reconciledAt: undefined,
-        expected: undefined,
-        readProjects: new Set(),
-        observedAt: undefined,
-        reads: 0,
-        observedRead: 0,
-      }),
-    );
-  }
-  return line;
-}
 
 /**
  * Admits a run or refuses it before anything is written. The run joins its tenant's next batch;
@@ -223,7 +162,7 @@ export function mayStartEarly(
   limits: TenantLimits,
   clock: Clock = systemClock,
 ): boolean {
-  const line = lines.get(db)?.get(who.tenant);
+  const line = existingLine(db, who.tenant);
   if (!line?.expected || line.queue.length > MAX_BATCH) return false;
   // A project the last read did not cover counts 0 in `expected`: not known to have room.
   if (
@@ -265,46 +204,6 @@ async function admitBatch(
     // Passed on, so the turn knows whether the lock was the cause (see `inTurn`).
     throw error;
   }
-}
-
-function observe(
-  line: Line,
-  counters: Map<string, AdmissionCounters>,
-  projects: string[],
-  clock: Clock,
-  read: number,
-) {
-  // A read that answers after a later one was observed knows less than what is there.
-  if (read < line.observedRead) return;
-  line.observedRead = read;
-  line.expected = new Tally(counters);
-  line.readProjects = new Set(['', ...projects]);
-  line.observedAt = clock.now();
-  const row = counters.get('');
-  line.history.record({
-    at: clock.now(),
-    counts: {
-      active: row?.default_active ?? 0,
-      scheduled: row?.default_scheduled ?? 0,
-      deferred: row?.deferred_waiting ?? 0,
-    },
-    left: {
-      active: Number(row?.active_left ?? 0),
-      scheduled: Number(row?.scheduled_left ?? 0),
-      deferred: Number(row?.deferred_left ?? 0),
-    },
-  });
-}
-
-function withEstimate(line: Line, refusal: Refusal): Refusal {
-  if (refusal.kind !== 'concurrency') return refusal;
-  const set =
-    refusal.limit === 'max_queued_runs'
-      ? 'deferred'
-      : refusal.limit === 'max_scheduled_runs'
-        ? 'scheduled'
-        : 'active';
-  return { ...refusal, retryAfterMs: line.history.estimate(set) };
 }
 
 async function decideBatch(
@@ -388,9 +287,6 @@ async function decideBatch(
   });
 }
 
-/** A held run: executed by the process that admits it, never claimed from a queue. */
-const isHeld = (item: Pick<Pending, 'run'>) => item.run.mode === 'inline' && item.run.schedule === undefined;
-
 /**
  * A batch the expected counts let in, written without a read first: held runs by one statement
  * sent on its own (see admitHeldNow), queued runs by the statement of admitDecided in its
@@ -424,13 +320,6 @@ async function admitFromExpected(
   }
   return rows.map((run) => ({ ok: true, run }));
 }
-
-/** A run whose admission the counters alone decide: no quota, spend, thread or extra write. */
-const decidedByCounts = (item: Pick<Pending, 'run' | 'limits' | 'withRun'>) =>
-  !item.limits.runQuota &&
-  !item.limits.spend &&
-  !item.withRun &&
-  !(item.run.mode === 'inline' && item.run.threadId !== undefined);
 
 /**
  * The whole batch decided from the plain read and written by one statement that holds the

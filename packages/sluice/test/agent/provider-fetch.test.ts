@@ -11,6 +11,14 @@ import { observeResponses } from '../../src/models/response-observer.js';
 // here holds the answer to what Node's `fetch` gives for the same exchange, or to what `fetch`
 // is specified to do where the server misbehaves.
 
+/** A JSON answer `{ packed: name }`, encoded by `pack` and labelled with `encoding`. */
+const packedJson =
+  (encoding: string, pack: (body: string) => Buffer, name: string) =>
+  (_req: IncomingMessage, res: ServerResponse) => {
+    res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': encoding });
+    res.end(pack(JSON.stringify({ packed: name })));
+  };
+
 let server: Server;
 let base: string;
 /** Requests the server has seen close, by path. */
@@ -40,14 +48,8 @@ const routes: Record<string, (req: IncomingMessage, res: ServerResponse) => void
     res.writeHead(200, { 'content-type': 'text/event-stream' });
     res.write('data: one\n\n', () => setImmediate(() => req.socket.destroy()));
   },
-  '/gzip': (_req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip' });
-    res.end(gzipSync(JSON.stringify({ packed: 'gzip' })));
-  },
-  '/br': (_req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'br' });
-    res.end(brotliCompressSync(JSON.stringify({ packed: 'br' })));
-  },
+  '/gzip': packedJson('gzip', gzipSync, 'gzip'),
+  '/br': packedJson('br', brotliCompressSync, 'br'),
   '/gzip-cut': (_req, res) => {
     // The gzip trailer (CRC and length) missing: fetch still gives the text.
     res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip' });
@@ -58,18 +60,9 @@ const routes: Record<string, (req: IncomingMessage, res: ServerResponse) => void
     res.writeHead(429, { 'content-encoding': 'gzip' });
     res.end();
   },
-  '/deflate-raw': (_req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'deflate' });
-    res.end(deflateRawSync(JSON.stringify({ packed: 'deflate-raw' })));
-  },
-  '/deflate': (_req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'deflate' });
-    res.end(deflateSync(JSON.stringify({ packed: 'deflate' })));
-  },
-  '/gzip-br': (_req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip, br' });
-    res.end(brotliCompressSync(gzipSync(JSON.stringify({ packed: 'gzip-br' }))));
-  },
+  '/deflate-raw': packedJson('deflate', deflateRawSync, 'deflate-raw'),
+  '/deflate': packedJson('deflate', deflateSync, 'deflate'),
+  '/gzip-br': packedJson('gzip, br', (b: string) => brotliCompressSync(gzipSync(b)), 'gzip-br'),
   '/gzip-corrupt': (_req, res) => {
     // Not gzip at all, and it never ends: the decoder fails, and the request must end with it.
     res.writeHead(200, { 'content-encoding': 'gzip' });
