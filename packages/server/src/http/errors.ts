@@ -244,7 +244,9 @@ export function refusalOf(error: unknown): HttpError | undefined {
 
 /** Errors that mean the database cannot be reached or answered too slowly: 503, try again. */
 export function isStoreUnavailable(error: unknown): boolean {
-  const e = error as { code?: string; message?: string };
+  const e = error as { code?: string; message?: string; name?: string };
+  // An admission whose answer was lost while the database could not be asked (runs/admission-settle.ts).
+  if (e?.name === 'AdmissionOutcomeUnknown') return true;
   if (typeof e?.code === 'string') {
     // Connection exceptions, operator intervention (restart, terminate), lock and statement timeouts.
     // SQLSTATE classes: connection (08), read-only after a failover (25), out of resources (53),

@@ -9,6 +9,7 @@ import type { ServerSettings } from '../settings.js';
 import { tuning } from '../tuning.js';
 import { renewThreadLeases, threadLeaseMs } from '../threads/store.js';
 import { heartbeat, pruneNodes } from './nodes.js';
+import { pruneAdmissionFences } from '../runs/admission-settle.js';
 import { PromotionPasses } from './promotion.js';
 
 type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: object) => void;
@@ -85,7 +86,10 @@ export class NodeUpkeep {
       passes.stop();
       unlisten();
     };
-    every(tuning.pruneNodesEveryMs, 'prune', () => pruneNodes(this.db));
+    every(tuning.pruneNodesEveryMs, 'prune', async () => {
+      await pruneNodes(this.db);
+      await pruneAdmissionFences(this.db);
+    });
     every(tuning.admissionReconcileMs, 'reconcile', async () => {
       // A running count set lower makes room for that tenant's queued deferred runs.
       if ((await reconcileDrifted(this.db)).length > 0) this.executor.notify('deferred');

@@ -25,7 +25,7 @@ import {
   type Pending,
   type WithRun,
 } from './admission-line.js';
-import { admitDecided, admitHeldNow, insertRuns } from './lifecycle.js';
+import { admitDecided, insertRuns } from './lifecycle.js';
 import { readCounters, reconcileCounters, type AdmissionCounters, type NewRun } from './store.js';
 import type { Refusal } from './refusal.js';
 import { inTurn } from './turns.js';
@@ -61,25 +61,30 @@ export type { Admission, WithRun } from './admission-line.js';
  * askTurn) and reads the counters once per batch, without a lock. A request whose cap is full
  * in that read is refused from it: the read started after the request arrived and the cap was
  * full at that moment, which is all a refusal claims. When the counts alone decide the whole
- * batch, it is decided from the same read and written by `sluice_admit_runs`
- * (sql/016_admission_fast_path.sql): BEGIN; one statement that takes the tenant's lock, checks
- * that no count has risen past what the batch allows, and inserts; COMMIT. Otherwise (a quota,
- * a spend limit, a held run's thread, a write beside the run, a count that rose, a reconcile
- * due) the batch is decided under the lock in a transaction. The counters are kept by a trigger
- * in the same transaction as every change of a run's status, so under the tenant's admission
- * lock (which promotion also takes) they are the true counts, and the cap is exact across
- * processes.
+ * batch, it is decided from the same read and written by `sluice_admit`
+ * (sql/034_admission_alone.sql): one statement sent on its own that takes the tenant's lock,
+ * checks that no count has risen past what the batch allows, inserts and commits. Otherwise (a
+ * quota, a spend limit, a held run's thread, a write beside the run, a count that rose, a
+ * reconcile due) the batch is decided under the lock in a transaction. The counters are kept by
+ * a trigger in the same transaction as every change of a run's status, so under the tenant's
+ * admission lock (which promotion also takes) they are the true counts, and the cap is exact
+ * across processes.
  *
- * A held run (streamed or inline: its caller waits on the connection for the first text) takes
- * one round trip when the process expects its counts to fit: what the last read of the counters
- * said, plus what this process admitted since (`Line.expected`), decides only which way to go,
- * and `sluice_admit_held` (sql/019) checks under the lock and inserts in one statement sent on
- * its own. When a count rose, nothing is written and the batch goes the way above. The read that
- * feeds the Retry-After history is then made beside the request, at most once a second, not
- * before it. A queued batch the expected counts let in skips the read the same way and goes
- * straight to `sluice_admit_runs` in its transaction (bench:queues, enqueue at 32 clients, one
- * run each way: 555 requests/s with the read, 1,061 without; pg-boss 862 and 1,069 in the same
- * runs). It keeps the transaction: a statement sent alone commits even when its answer is lost.
+ * When the process expects a batch's counts to fit (what the last read of the counters said,
+ * plus what this process admitted since: `Line.expected`), the batch skips the read and goes
+ * straight to that statement; when a count rose, nothing is written and the batch goes the way
+ * above. The read that feeds the Retry-After history is then made beside the request, at most
+ * once a second, not before it. A held run (streamed or inline: its caller waits for the first
+ * text) so takes one round trip before its provider request.
+ *
+ * A statement sent alone commits whether or not its answer comes back. Until sql/034 a queued
+ * batch's statement ran inside BEGIN ... COMMIT for that reason: a connection cut while the
+ * statement waited for the lock rolled it back, where alone it would commit a run whose caller
+ * was told "failed" and would try again. Now a lost answer is settled before anything is
+ * answered (runs/admission-settle.ts): the batch is fenced so that a statement still waiting
+ * writes nothing, and what it wrote is read. The transaction cost two round trips more and held
+ * the tenant's lock across the COMMIT's (bench:queues, enqueue at 32 clients, in 5 s probes in
+ * turns: 1,322 and 1,432 requests/s alone against 952 and 1,082 in the transaction).
  */
 
 /** Admissions one transaction takes at most (`tuning.admissionBatch`). */
@@ -231,7 +236,7 @@ async function decideBatch(
   observe(line, seen, projects, clock, read);
   const plain = new Tally(seen);
   if (!reconcileDue && batch.every(decidedByCounts)) {
-    const fast = await admitFromRead(db, tenant, line, batch, seen, ['', ...projects]);
+    const fast = await admitFromRead(db, tenant, line, batch, seen, ['', ...projects], lockWaitMs, clock);
     if (fast) return fast;
   }
   if (!reconcileDue)
@@ -288,9 +293,8 @@ async function decideBatch(
 }
 
 /**
- * A batch the expected counts let in, written without a read first: held runs by one statement
- * sent on its own (see admitHeldNow), queued runs by the statement of admitDecided in its
- * transaction. Undefined when the expected counts refuse one of them or the statement found a
+ * A batch the expected counts let in, written without a read first, by the one statement of
+ * admitDecided. Undefined when the expected counts refuse one of them or the statement found a
  * count risen (nothing is written then), and the batch is decided from a read. The read that
  * feeds the Retry-After history is started beside the answer, at most once a second.
  */
@@ -306,9 +310,7 @@ async function admitFromExpected(
   // Counts the batch into what is expected: when it is not admitted so, a read resets it.
   if (decideByCounts(line.expected!, batch).some((over) => over !== undefined)) return undefined;
   const highest = highestCounts(batch, ['', ...projects]);
-  const rows = batch.every(isHeld)
-    ? await admitHeldNow(db, tenant, highest, batch, lockWaitMs)
-    : await admitDecided(db, tenant, highest, batch);
+  const rows = await admitDecided(db, tenant, highest, batch, lockWaitMs, clock);
   if (!rows) return undefined;
   if (line.observedAt === undefined || clock.now() - line.observedAt >= MIN_SPAN_MS) {
     line.observedAt = clock.now();
@@ -333,6 +335,8 @@ async function admitFromRead(
   batch: Pending[],
   seen: Map<string, AdmissionCounters>,
   projects: string[],
+  lockWaitMs: number,
+  clock: Clock,
 ): Promise<Admission[] | undefined> {
   // Decided as under the lock (see decideBatch), from the counts the plain read saw.
   const outcomes: (Admission | undefined)[] = decideByCounts(new Tally(seen), batch).map((over) =>
@@ -341,7 +345,7 @@ async function admitFromRead(
   const admitted = batch.filter((_, i) => outcomes[i] === undefined);
   if (admitted.length === 0) return outcomes as Admission[];
   const highest = highestCounts(admitted, projects);
-  const rows = await admitDecided(db, tenant, highest, admitted);
+  const rows = await admitDecided(db, tenant, highest, admitted, lockWaitMs, clock);
   if (!rows) return undefined;
   for (const item of admitted) line.expected?.add(item);
   let next = 0;

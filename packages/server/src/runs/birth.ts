@@ -1,13 +1,15 @@
 import { prepared, type Database, type SqlClient } from '@sluice/postgres/database';
+import { systemClock, type Clock } from 'sluice/concurrency';
 import type { Principal } from '../store/tokens.js';
+import { answerLost, settleLostAdmission } from './admission-settle.js';
 import type { HighestCounts } from './caps.js';
 import { inOrder, runDocuments } from './run-documents.js';
 import type { RunStatus } from './states.js';
 import { full, type NewRun, type RunRow } from './store.js';
 
 /**
- * A run's birth: the statements admission writes runs with, each through the SQL functions of
- * sql/016 and sql/019 (which write the status bornStatus gives). Part of the lifecycle drawn in
+ * A run's birth: the statements admission writes runs with, through the SQL functions of sql/016
+ * and sql/034 (which write the status bornStatus gives). Part of the lifecycle drawn in
  * runs/lifecycle.ts, which exports these too.
  */
 
@@ -43,54 +45,44 @@ export async function insertRun(tx: SqlClient, who: Principal, run: NewRun): Pro
   return (await insertRuns(tx, [{ who, run }]))[0]!;
 }
 
+/** The statement that writes a batch alone (sql/034_admission_alone.sql). */
+const admitAlone = prepared(
+  `SELECT ${full} FROM sluice_admit($1::text, $2::jsonb, $3::jsonb, $4::int) AS agent_runs`,
+);
+
 /**
- * Inserts a batch decided from a plain read, unless a count has risen past what the batch
- * allows: then nothing is written and the result is undefined (the caller decides again under
- * the lock). One statement takes the tenant's lock, checks and inserts; it runs inside a
- * transaction (BEGIN, it, COMMIT) and not on its own: a statement sent alone commits on the
- * server even when the connection drops while it waits for the lock, and its caller, told it
- * failed, would try again and make the run twice. READ COMMITTED is stated by the transaction
- * too: the check must read what committed while the statement waited for the lock.
+ * Writes a batch decided without the lock (from a plain read, or from the counts this process
+ * expects), unless a count has risen past what the batch allows: then nothing is written and the
+ * result is undefined (the caller decides again under the lock). One statement sent on its own
+ * waits for the tenant's lock at most `lockWaitMs`, checks, inserts and commits: one round trip,
+ * the lock held for no round trip at all. When its answer is lost, what it did is read before
+ * anything is answered (runs/admission-settle.ts), so a caller told "failed" never has a run
+ * written. A batch too large for one statement is written in a transaction, its first part by
+ * the same statement.
  */
 export async function admitDecided(
   db: Database,
   tenant: string,
   highest: HighestCounts[],
   runs: { who: Principal; run: NewRun }[],
+  lockWaitMs = 15_000,
+  clock: Clock = systemClock,
 ): Promise<RunRow[] | undefined> {
   const { ids, chunks } = runDocuments(runs, bornStatus);
-  return db.transaction(async (tx) => {
-    const first = await tx.query<RunRow>(
-      prepared(`SELECT ${full} FROM sluice_admit_runs($1::text, $2::jsonb, $3::jsonb) AS agent_runs`),
-      [tenant, JSON.stringify(highest), chunks[0]],
-    );
-    if (first.rows.length === 0) return undefined;
-    return inOrder(ids, [...first.rows, ...(await insertChunks(tx, chunks.slice(1)))]);
-  });
-}
-
-/**
- * Held runs (executed on this process) decided from the counts this process expects, written by
- * one statement sent on its own (sql/019_admission_one_statement.sql): it waits for the tenant's
- * lock at most `lockWaitMs`, checks as admitDecided's statement does, inserts and commits, in one
- * round trip. Undefined, with nothing written, when a count rose past what the batch allows, the
- * session is not READ COMMITTED, or the batch is too large for one statement: the caller then
- * decides as before. Only held runs: a run committed by a statement whose answer was lost is
- * never executed (no queue worker claims a held run) and upkeep ends it (endOrphanedRuns).
- */
-export async function admitHeldNow(
-  db: SqlClient,
-  tenant: string,
-  highest: HighestCounts[],
-  runs: { who: Principal; run: NewRun }[],
-  lockWaitMs: number,
-): Promise<RunRow[] | undefined> {
-  const { ids, chunks } = runDocuments(runs, bornStatus);
-  if (chunks.length !== 1) return undefined;
-  const inserted = await db.query<RunRow>(
-    prepared(`SELECT ${full} FROM sluice_admit_held($1::text, $2::jsonb, $3::jsonb, $4::int) AS agent_runs`),
-    [tenant, JSON.stringify(highest), chunks[0], Math.max(1, Math.min(Math.round(lockWaitMs), 2 ** 31 - 1))],
-  );
-  if (inserted.rows.length === 0) return undefined;
-  return inOrder(ids, inserted.rows);
+  const params = [tenant, JSON.stringify(highest), chunks[0], Math.max(1, Math.min(Math.round(lockWaitMs), 2 ** 31 - 1))];
+  if (chunks.length > 1)
+    return db.transaction(async (tx) => {
+      const first = await tx.query<RunRow>(admitAlone, params);
+      if (first.rows.length === 0) return undefined;
+      return inOrder(ids, [...first.rows, ...(await insertChunks(tx, chunks.slice(1)))]);
+    });
+  const sentAt = clock.now();
+  let rows: RunRow[];
+  try {
+    rows = (await db.query<RunRow>(admitAlone, params)).rows;
+  } catch (error) {
+    if (!answerLost(error)) throw error;
+    rows = await settleLostAdmission(db, ids, error, sentAt, lockWaitMs, clock);
+  }
+  return rows.length === 0 ? undefined : inOrder(ids, rows);
 }

@@ -16,8 +16,9 @@ export * from './birth.js';
  * checks the state it moves from (compare-and-set), so of two processes making a move from one
  * state, one does and the other finds nothing to move.
  *
- *   admission ──insertRuns, admitDecided, admitHeldNow──▶ scheduled | queued | running
- *             (bornStatus; all write through sluice_insert_runs, sql/016_admission_fast_path.sql)
+ *   admission ──insertRuns, admitDecided─────────────▶ scheduled | queued | running
+ *             (bornStatus; written by sluice_insert_runs, sql/016_admission_fast_path.sql, and
+ *             sluice_admit, sql/034_admission_alone.sql)
  *
  *   scheduled ──promoteDueDeferred, queueScheduled──▶ queued ──startRun, startFirstDeferred──▶ running
  *   running ──finishRun──▶ succeeded | failed (agent_error, timeout, max_duration_exceeded) | canceled

@@ -101,13 +101,17 @@ describe('status writes', () => {
     }
   });
 
-  it('in the migrations, only sluice_insert_runs writes a status, and the lifecycle header names it', () => {
+  it('in the migrations, only the admission functions write a status, and the lifecycle header names them', () => {
     const writers = filesUnder(join(serverDir, 'sql'), '.sql').flatMap((path) => {
       const text = readFileSync(path, 'utf8');
       return statusWrites(text).map((at) => `${relative(serverDir, path)}: ${enclosingFunction(text, at)}`);
     });
-    expect(writers).toEqual(['sql/016_admission_fast_path.sql: sluice_insert_runs']);
+    expect(writers).toEqual([
+      'sql/016_admission_fast_path.sql: sluice_insert_runs',
+      'sql/034_admission_alone.sql: sluice_admit',
+    ]);
     const header = readFileSync(join(serverDir, lifecycleFile), 'utf8').split('*/')[0]!;
     expect(header).toContain('sluice_insert_runs');
+    expect(header).toContain('sluice_admit,');
   });
 });

@@ -4,7 +4,9 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { expect, it } from 'vitest';
 import { openStore } from '@sluice/server';
-import { admitRun } from '../../src/runs/admission.js';
+import { isStoreUnavailable } from '../../src/http/errors.js';
+import { admitRun, type Admission } from '../../src/runs/admission.js';
+import { answerLost } from '../../src/runs/admission-settle.js';
 import type { TenantLimits } from '../../src/runs/policy.js';
 import { newRunId } from '../../src/runs/store.js';
 import type { Principal } from '../../src/store/tokens.js';
@@ -20,65 +22,152 @@ import { run } from './admission-fixtures.js';
 import { describeWith } from '../../../../scripts/service-suites.js';
 
 /*
- * The fast path: sluice_admit_runs is one autocommit statement, and the Sync
- * that commits it reaches the backend with it. When the connection to the database breaks while
- * the statement waits for the tenant's lock, the caller is told the admission failed (503, try
- * again), but the backend goes on once the lock is free: it inserts and commits the run. Before,
- * the lock was its own statement inside BEGIN ... COMMIT: a connection lost while waiting meant
- * the INSERT and COMMIT never arrived, and the transaction rolled back. Now a retried request
- * is a second run (the first one executes for nobody), and a held run is a `running` row no
- * process executes until the orphan sweep fails it.
+ * Admission writes a batch with one statement sent on its own (sql/034_admission_alone.sql),
+ * which commits on the server whether or not its answer comes back. A caller told "failed"
+ * tries again; a caller told "admitted" has a run. So when the connection breaks while the
+ * statement is out, what the caller hears must be what the database keeps, in every order of
+ * events: the statement still waiting for the tenant's lock, already committed, or between its
+ * fence check and its commit; and the database reachable again at once, or not before the
+ * statement's bounds are out.
  */
 const limits: TenantLimits = { activePerTenant: 0, activePerProject: 0, deferredQueued: 0, scheduled: 0 };
-const who: Principal = { tokenId: 'tok', tenant: 'cut', project: 'p', user: 'u', role: 'member' };
+const tenant = 'cut';
+const who: Principal = { tokenId: 'tok', tenant, project: 'p', user: 'u', role: 'member' };
+const LOCK_WAIT_MS = 5_000;
 
-describeWith({ PostgreSQL: postgres })('a connection lost while the fast path waits for the lock', () => {
-  it('an admission whose caller was told it failed is not written', async () => {
-    const url = await freshDatabase();
-    const proxy = await startDatabaseProxy();
-    const dir = mkdtempSync(join(tmpdir(), 'sluice-r15-'));
-    const store = await openStore({ databaseUrl: throughProxy(url, proxy.port), dataDir: dir });
-    afterThisTest(async () => {
-      await store.close().catch(() => undefined);
-      rmSync(dir, { recursive: true, force: true });
-    });
-    // The line's first batch reconciles under the lock; the next one takes the fast path.
-    expect((await admitRun(store.db, who, run(), limits)).ok).toBe(true);
+type Heard = { admitted: string } | { failed: unknown };
 
-    const holder = new pg.Client({ connectionString: url });
-    await holder.connect();
-    afterThisTest(() => holder.end());
-    await holder.query(`SELECT pg_advisory_lock(hashtext('sluice:tenant:cut'))`);
+async function setUp() {
+  const url = await freshDatabase();
+  const proxy = await startDatabaseProxy();
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-cut-'));
+  const store = await openStore({ databaseUrl: throughProxy(url, proxy.port), dataDir: dir });
+  afterThisTest(async () => {
+    await store.close().catch(() => undefined);
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const holder = new pg.Client({ connectionString: url });
+  await holder.connect();
+  afterThisTest(() => holder.end());
+  const count = async (sql: string, params: unknown[] = []) =>
+    (await holder.query<{ n: number }>(sql, params)).rows[0]!.n;
+  // The line's first batch reconciles under the lock; the next ones go alone.
+  expect((await admitRun(store.db, who, run(), limits, LOCK_WAIT_MS)).ok).toBe(true);
+
+  const admit = (id: string, lockWaitMs = LOCK_WAIT_MS): Promise<Heard> =>
+    admitRun(store.db, who, run({ id }), limits, lockWaitMs).then(
+      (a: Admission) => (a.ok ? { admitted: a.run.id } : { failed: a.refusal }),
+      (error: unknown) => ({ failed: error }),
+    );
+  const advisoryWaits = () =>
+    count(
+      `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+    );
+  const rowsOf = (id: string) => count('SELECT count(*)::int AS n FROM agent_runs WHERE id = $1::text', [id]);
+  /** Until no session of this database runs an admission statement (the lost one has ended). */
+  const statementEnded = () =>
+    until(
+      async () =>
+        (await count(
+          `SELECT count(*)::int AS n FROM pg_stat_activity
+           WHERE datname = current_database() AND state = 'active' AND query LIKE '%sluice_admit(%'
+             AND pid <> pg_backend_pid()`,
+        )) === 0,
+      'the lost statement ending',
+    );
+  const lockTenant = () => holder.query(`SELECT pg_advisory_lock(hashtext('sluice:tenant:${tenant}'))`);
+  const unlockTenant = () => holder.query(`SELECT pg_advisory_unlock(hashtext('sluice:tenant:${tenant}'))`);
+  return { proxy, holder, admit, advisoryWaits, rowsOf, statementEnded, lockTenant, unlockTenant, count };
+}
+
+describeWith({ PostgreSQL: postgres })('a connection lost while an admission statement is out', () => {
+  it('cut while it waits for the lock: the caller hears "failed" and the statement, let in later, writes nothing', async () => {
+    const { proxy, admit, advisoryWaits, rowsOf, statementEnded, lockTenant, unlockTenant, count } = await setUp();
+    await lockTenant();
     const id = newRunId();
-    const outcome = admitRun(store.db, who, run({ id }), limits).then(
-      () => 'admitted',
-      (error: unknown) => `failed: ${String(error)}`,
-    );
-    await until(
-      async () =>
-        (
-          await holder.query<{ n: number }>(
-            `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-          )
-        ).rows[0]!.n === 1,
-      'the admission waiting for the tenant lock',
-    );
+    const heard = admit(id);
+    await until(async () => (await advisoryWaits()) === 1, 'the admission waiting for the tenant lock');
     proxy.cut();
-    expect(await outcome).toMatch(/^failed/);
-
-    await holder.query(`SELECT pg_advisory_unlock(hashtext('sluice:tenant:cut'))`);
-    // Every backend of the cut connections has ended (it noticed, one way or another).
-    await until(
-      async () =>
-        (
-          await holder.query<{ n: number }>(
-            `SELECT count(*)::int AS n FROM pg_stat_activity
-             WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`,
-          )
-        ).rows[0]!.n === 0,
-      'the cut backends ending',
-    );
-    const written = await holder.query(`SELECT id, status FROM agent_runs WHERE id = $1::text`, [id]);
-    expect(written.rows).toEqual([]);
+    proxy.restore();
+    const outcome = await heard;
+    expect(outcome).toHaveProperty('failed');
+    expect(String((outcome as { failed: unknown }).failed)).toMatch(/Connection terminated/);
+    // The batch is fenced, and the statement that was waiting goes on once the lock is free.
+    expect(await count('SELECT count(*)::int AS n FROM admission_fences WHERE batch = $1::text', [id])).toBe(1);
+    await unlockTenant();
+    await statementEnded();
+    expect(await rowsOf(id)).toBe(0);
   }, 30_000);
+
+  it('cut after it committed: the caller hears "admitted", with the run the database has', async () => {
+    const { proxy, admit, advisoryWaits, rowsOf, lockTenant, unlockTenant } = await setUp();
+    await lockTenant();
+    const id = newRunId();
+    const heard = admit(id);
+    await until(async () => (await advisoryWaits()) === 1, 'the admission waiting for the tenant lock');
+    // Its answer will go nowhere: the way back is silent, and nothing is closed yet.
+    proxy.stall();
+    await unlockTenant();
+    await until(async () => (await rowsOf(id)) === 1, 'the statement committing');
+    proxy.cut();
+    proxy.restore();
+    expect(await heard).toEqual({ admitted: id });
+  }, 30_000);
+
+  it('cut between its fence check and its commit: the settling waits for it, and hears "admitted"', async () => {
+    const { proxy, holder, admit, advisoryWaits, rowsOf, count } = await setUp();
+    // The statement passes both locks and its checks, then its insert waits for the tenant's
+    // counters row (the counters' trigger locks it), held here.
+    await holder.query('BEGIN');
+    await holder.query(`SELECT 1 FROM admission_counters WHERE tenant = $1::text AND project = '' FOR UPDATE`, [
+      tenant,
+    ]);
+    const id = newRunId();
+    const heard = admit(id);
+    const rowLockWaits = () =>
+      count(
+        `SELECT count(*)::int AS n FROM pg_locks WHERE locktype IN ('transactionid', 'tuple') AND NOT granted
+         AND pid <> pg_backend_pid()`,
+      );
+    await until(async () => (await rowLockWaits()) >= 1, 'the insert waiting for the counters row');
+    proxy.cut();
+    proxy.restore();
+    // The caller fences the batch and then waits for the batch's lock, which the statement holds.
+    await until(async () => (await advisoryWaits()) === 1, "the settling waiting for the batch's lock");
+    await holder.query('COMMIT');
+    expect(await heard).toEqual({ admitted: id });
+    expect(await rowsOf(id)).toBe(1);
+  }, 30_000);
+
+  it('the database out of reach past the bounds: 503, outcome unknown, and the statement ended by its lock wait', async () => {
+    const lockWaitMs = 1_000;
+    const { proxy, admit, advisoryWaits, rowsOf, statementEnded, lockTenant, unlockTenant } = await setUp();
+    await lockTenant();
+    const id = newRunId();
+    const heard = admit(id, lockWaitMs);
+    await until(async () => (await advisoryWaits()) === 1, 'the admission waiting for the tenant lock');
+    proxy.cut();
+    const outcome = (await heard) as { failed: Error };
+    expect(outcome.failed.name).toBe('AdmissionOutcomeUnknown');
+    expect(isStoreUnavailable(outcome.failed)).toBe(true);
+    // Its bound passed while it waited: the statement gave up on the lock, so nothing was written.
+    await statementEnded();
+    await unlockTenant();
+    expect(await rowsOf(id)).toBe(0);
+    proxy.restore();
+  }, 30_000);
+
+  it('an error PostgreSQL reports is not a lost answer; a broken connection or a silent one is', () => {
+    const reported = Object.assign(new Error('canceling statement due to lock timeout'), {
+      code: '55P03',
+      severity: 'ERROR',
+    });
+    expect(answerLost(reported)).toBe(false);
+    expect(answerLost(new Error('Connection terminated unexpectedly'))).toBe(true);
+    expect(answerLost(new Error('Query read timeout'))).toBe(true);
+    expect(answerLost(Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }))).toBe(true);
+    // Never sent: the pool could not hand out a connection.
+    expect(answerLost(new Error('timeout exceeded when trying to connect'))).toBe(false);
+  });
 });

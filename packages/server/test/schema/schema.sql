@@ -136,6 +136,49 @@ CREATE TABLE public.agent_runs (
 
 
 --
+-- Name: sluice_admit(text, jsonb, jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.sluice_admit(t text, highest jsonb, runs jsonb, lock_wait_ms integer) RETURNS SETOF public.agent_runs
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  first_id text := runs -> 0 ->> 'id';
+BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RETURN;
+  END IF;
+  PERFORM set_config('lock_timeout', lock_wait_ms || 'ms', true);
+  PERFORM pg_advisory_xact_lock(hashtext('sluice:tenant:' || t));
+  PERFORM pg_advisory_xact_lock(hashtextextended('sluice:admission:' || first_id, 0));
+  IF EXISTS (SELECT 1 FROM admission_fences f WHERE f.batch = first_id) THEN
+    RETURN;
+  END IF;
+  IF EXISTS (
+    SELECT 1 FROM jsonb_to_recordset(highest) AS h(project text, active int, scheduled int, deferred int)
+    JOIN admission_counters c ON c.tenant = t AND c.project = h.project
+    WHERE c.default_active > h.active OR c.default_scheduled > h.scheduled OR c.deferred_waiting > h.deferred
+  ) THEN
+    RETURN;
+  END IF;
+  RETURN QUERY
+  INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input, metadata,
+    started_at, worker, scheduled_for, callback_url, thread_id, config, api_request)
+  SELECT r ->> 'id', r ->> 'tenant', r ->> 'project', r ->> 'user_id', r ->> 'agent', r ->> 'class',
+         r ->> 'mode', r ->> 'status', r -> 'input', r -> 'metadata',
+         CASE WHEN r ->> 'mode' = 'inline' THEN clock_timestamp() END,
+         CASE WHEN r ->> 'mode' = 'inline' THEN r ->> 'worker' END,
+         -- A time in the past is due now: it never counts as having waited since then.
+         CASE WHEN r ? 'at_ms' THEN greatest(to_timestamp((r ->> 'at_ms')::float8 / 1000), clock_timestamp())
+              WHEN r ? 'delay_ms' THEN clock_timestamp() + (r ->> 'delay_ms')::float8 * interval '1 millisecond' END,
+         r ->> 'callback_url', r ->> 'thread_id', r -> 'config', r -> 'api_request'
+  FROM jsonb_array_elements(runs) WITH ORDINALITY AS e(r, n)
+  ORDER BY n
+  RETURNING *;
+END $$;
+
+
+--
 -- Name: sluice_admit_held(text, jsonb, jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -305,6 +348,16 @@ CREATE TABLE public.admission_counters (
     scheduled_left bigint DEFAULT 0 NOT NULL,
     deferred_left bigint DEFAULT 0 NOT NULL,
     deferred_running integer DEFAULT 0 NOT NULL
+);
+
+
+--
+-- Name: admission_fences; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.admission_fences (
+    batch text NOT NULL,
+    fenced_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
 );
 
 
@@ -598,6 +651,14 @@ ALTER TABLE ONLY public.thread_messages ALTER COLUMN seq SET DEFAULT nextval('pu
 
 ALTER TABLE ONLY public.admission_counters
     ADD CONSTRAINT admission_counters_pkey PRIMARY KEY (tenant, project);
+
+
+--
+-- Name: admission_fences admission_fences_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.admission_fences
+    ADD CONSTRAINT admission_fences_pkey PRIMARY KEY (batch);
 
 
 --

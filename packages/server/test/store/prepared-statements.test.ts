@@ -9,6 +9,7 @@ import { describeWith } from '../../../../scripts/service-suites.js';
 import { admitRun, type Admission } from '../../src/runs/admission.js';
 import { claimDeferredRun } from '../../src/runs/claims.js';
 import { finishRun } from '../../src/runs/lifecycle.js';
+import { newRunId } from '../../src/runs/store.js';
 import { openStore } from '../../src/store/store.js';
 import { afterThisTest, freshDatabase, postgres, throughPgBouncer } from '../harness/index.js';
 import { limits, run, who } from '../limits/admission-fixtures.js';
@@ -52,6 +53,14 @@ async function oneDeferredRun(db: Database, tenant: string): Promise<string> {
   return id;
 }
 
+/** Admits an inline run (held: one statement when its counts fit) and ends it. */
+async function oneHeldRun(db: Database, tenant: string): Promise<void> {
+  const admission = await admitRun(db, who(tenant), run({ id: newRunId(), mode: 'inline' }), limits());
+  const id = admitted(admission);
+  expect(admission.ok && admission.run.status).toBe('running');
+  await finishRun(db, id, 'w1', { status: 'succeeded', output: { n: 1 } });
+}
+
 describeWith({ PostgreSQL: postgres })('prepared statements on a direct connection', () => {
   it('prepares the claim once and keeps one plan for it, and names nothing when told not to', async () => {
     const db = await oneConnection(await freshDatabase());
@@ -86,13 +95,18 @@ describeWith({ PostgreSQL: postgres })('prepared statements on a direct connecti
     async (preparedStatements) => {
       const databaseUrl = await freshDatabase();
       const db = await oneConnection(databaseUrl, preparedStatements);
-      for (let i = 0; i < 7; i++) await oneDeferredRun(db, 'acme');
+      for (let i = 0; i < 7; i++) {
+        await oneDeferredRun(db, 'acme');
+        await oneHeldRun(db, 'acme');
+      }
       const other = new pg.Client({ connectionString: databaseUrl });
       await other.connect();
       afterThisTest(() => other.end());
       await other.query('ALTER TABLE agent_runs ADD COLUMN added_later int');
       await other.query('ALTER TABLE admission_counters ADD COLUMN added_later int');
       for (let i = 0; i < 3; i++) await oneDeferredRun(db, 'acme');
+      // A held run (inline) is written by sluice_admit_held, whose INSERT was planned before.
+      for (let i = 0; i < 3; i++) await oneHeldRun(db, 'acme');
     },
   );
 
