@@ -108,6 +108,7 @@ const frameStatus: Record<string, number> = {
   server_draining: 503,
   store_unavailable: 503,
   cache_unavailable: 503,
+  admission_outcome_unknown: 503,
   run_timeout: 504,
 };
 

@@ -227,14 +227,38 @@ export function fromPgPool(pool: PgPoolLike, poolOptions: PgPoolOptions = {}): D
     naming = false;
     return true;
   };
+  /**
+   * One statement on a pooled connection, as the pool's own `query` runs it, except that a
+   * failure to get the connection is marked `neverSent`: a caller that must learn what a lost
+   * statement did (runs/admission-settle.ts in the server) has nothing to learn then.
+   */
+  const once = async (text: string | NamedQuery, values?: unknown[]) => {
+    let failed: Error | undefined;
+    const onError = (error: Error) => (failed = error);
+    const client = await checkOut(pool, onError).catch((error: unknown) => {
+      if (error instanceof Error) Object.defineProperty(error, 'neverSent', { value: true });
+      throw error;
+    });
+    try {
+      const result = await client.query(text, values);
+      client.removeListener?.('error', onError);
+      client.release();
+      return result;
+    } catch (error) {
+      client.removeListener?.('error', onError);
+      // Released with its error, the connection is dropped rather than handed to the next caller.
+      client.release((failed ?? error) as Error);
+      throw error;
+    }
+  };
   return {
     async query<R>(text: string, params?: unknown[]) {
       const [first, values] = statement(text, params);
       try {
-        return (await pool.query(first, values)) as QueryResult<R>;
+        return (await once(first, values)) as QueryResult<R>;
       } catch (error) {
         if (!unnamedAfterMissing(error, typeof first !== 'string')) throw error;
-        return (await pool.query(text, params)) as QueryResult<R>;
+        return (await once(text, params)) as QueryResult<R>;
       }
     },
     async transaction<T>(body: (tx: SqlClient) => Promise<T>, options?: TransactionOptions): Promise<T> {

@@ -1,6 +1,7 @@
 import type { Refusal } from '../runs/admission.js';
 import { RETRY_AFTER_UNKNOWN_MS, retryAfterSeconds } from '../runs/retry-after.js';
 import { CacheUnavailableError } from '../cache/errors.js';
+import { AdmissionOutcomeUnknown } from '../runs/admission-settle.js';
 import { RunRefusedError, refusalCode, type RunRefusal } from '../runs/refused.js';
 import { shown } from '../shown.js';
 import { rateLimitFields } from './rate-limit-fields.js';
@@ -230,6 +231,16 @@ export function runRefusalError(refusal: RunRefusal): HttpError {
 export function refusalOf(error: unknown): HttpError | undefined {
   if (error instanceof HttpError) return error;
   if (error instanceof RunRefusedError) return runRefusalError(error.refusal);
+  if (error instanceof AdmissionOutcomeUnknown) {
+    // Not a plain "try again": the runs may exist, and a retry would make them twice.
+    return new HttpError(
+      503,
+      'admission_outcome_unknown',
+      'The database stopped answering while the run was being created; it may exist: look it up by its id before trying again',
+      { run_ids: error.ids },
+      { 'retry-after': '5' },
+    );
+  }
   if (error instanceof CacheUnavailableError) {
     return new HttpError(
       503,

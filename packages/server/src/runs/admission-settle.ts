@@ -1,4 +1,4 @@
-import type { Database } from '@sluice/postgres/database';
+import type { Database, SqlClient } from '@sluice/postgres/database';
 import { systemClock, type Clock } from 'sluice/concurrency';
 import { full, type RunRow } from './store.js';
 
@@ -18,33 +18,60 @@ import { full, type RunRow } from './store.js';
 /** Time past the lock wait given to the statement before its outcome is called unknown. */
 export const SETTLE_MARGIN_MS = 2_000;
 
-/** The admission's answer was lost and the database could not be asked in time. */
+/**
+ * The admission's answer was lost and the database could not be asked in time: the runs `ids`
+ * may or may not exist (HTTP 503 `admission_outcome_unknown`, with their ids to look up).
+ */
 export class AdmissionOutcomeUnknown extends Error {
-  constructor(readonly lost: unknown) {
-    super(`an admission's answer was lost and its outcome could not be read: ${String(lost)}`, { cause: lost });
+  constructor(
+    readonly lost: unknown,
+    readonly ids: string[],
+  ) {
+    super(`an admission's answer was lost and its outcome could not be read: ${String(lost)}`, {
+      cause: lost,
+    });
     this.name = 'AdmissionOutcomeUnknown';
   }
 }
 
 // Errors raised before a statement leaves the process: nothing to settle.
-const neverSent = [/^timeout exceeded when trying to connect$/, /pool after calling end/, /Client was closed/];
+const neverSent = [
+  /^timeout exceeded when trying to connect$/,
+  /pool after calling end/,
+  /Client was closed/,
+];
 
 /**
- * Whether the statement may have run without its caller hearing how: any failure PostgreSQL
- * did not report itself. A reported error (an SQLSTATE and a severity) ends the statement before
- * its commit, so nothing of it stays.
+ * Whether the statement may have run without its caller hearing how. Only an error PostgreSQL
+ * reports about the statement itself (severity ERROR, outside the connection class 08) ends it
+ * before its commit for sure. A FATAL may come from a pooler in between (PgBouncer's "query
+ * timeout" or "server conn crashed?", class 08, while the backend behind it goes on and
+ * commits), so it is settled like a broken connection. An error raised while the pool was still
+ * connecting (`neverSent` from @sluice/postgres) sent nothing.
  */
 export function answerLost(error: unknown): boolean {
-  const e = error as { code?: unknown; severity?: unknown; message?: unknown } | undefined;
-  if (typeof e?.severity === 'string' && typeof e.code === 'string' && /^[0-9A-Z]{5}$/.test(e.code)) return false;
+  const e = error as
+    { code?: unknown; severity?: unknown; message?: unknown; neverSent?: unknown } | undefined;
+  if (e?.neverSent === true) return false;
+  if (
+    e?.severity === 'ERROR' &&
+    typeof e.code === 'string' &&
+    /^[0-9A-Z]{5}$/.test(e.code) &&
+    !e.code.startsWith('08')
+  )
+    return false;
   const message = typeof e?.message === 'string' ? e.message : '';
   return !neverSent.some((pattern) => pattern.test(message));
 }
 
 async function fenceAndRead(db: Database, batch: string, ids: string[]): Promise<RunRow[]> {
-  await db.query('INSERT INTO admission_fences (batch) VALUES ($1::text) ON CONFLICT (batch) DO NOTHING', [batch]);
+  await db.query('INSERT INTO admission_fences (batch) VALUES ($1::text) ON CONFLICT (batch) DO NOTHING', [
+    batch,
+  ]);
   return db.transaction(async (tx) => {
-    await tx.query(`SELECT pg_advisory_xact_lock(hashtextextended('sluice:admission:' || $1::text, 0))`, [batch]);
+    await tx.query(`SELECT pg_advisory_xact_lock(hashtextextended('sluice:admission:' || $1::text, 0))`, [
+      batch,
+    ]);
     return (await tx.query<RunRow>(`SELECT ${full} FROM agent_runs WHERE id = ANY($1::text[])`, [ids])).rows;
   });
 }
@@ -69,14 +96,47 @@ export async function settleLostAdmission(
     try {
       rows = await fenceAndRead(db, ids[0]!, ids);
     } catch {
-      if (clock.now() >= deadline) throw new AdmissionOutcomeUnknown(lost);
-      await new Promise((resolve) => setTimeout(resolve, Math.min(100 * 2 ** attempt, 1_000, deadline - clock.now())));
+      if (clock.now() >= deadline) throw new AdmissionOutcomeUnknown(lost, ids);
+      await new Promise((resolve) =>
+        setTimeout(resolve, Math.min(100 * 2 ** attempt, 1_000, deadline - clock.now())),
+      );
       continue;
     }
     // One statement wrote the whole batch or nothing.
     if (rows.length === 0) throw lost;
-    if (rows.length !== ids.length) throw new AdmissionOutcomeUnknown(lost);
+    if (rows.length !== ids.length) throw new AdmissionOutcomeUnknown(lost, ids);
     return rows;
+  }
+}
+
+/**
+ * An admission transaction (the locked path, or a batch too large for one statement) whose
+ * COMMIT's answer may be lost: `body` returns its outcome and the ids of the runs it wrote.
+ * Before the COMMIT the transaction takes the batch's lock (the first id's), so a settling
+ * waits for the commit to end; a lost answer to the COMMIT is settled as the one statement's
+ * is. A failure before the COMMIT sent nothing that could commit.
+ */
+export async function settledTransaction<T>(
+  db: Database,
+  lockWaitMs: number,
+  clock: Clock,
+  body: (tx: SqlClient) => Promise<{ outcome: T; written: string[] }>,
+): Promise<T> {
+  let committing: { outcome: T; written: string[]; at: number } | undefined;
+  try {
+    return await db.transaction(async (tx) => {
+      const { outcome, written } = await body(tx);
+      if (written.length > 0)
+        await tx.query(`SELECT pg_advisory_xact_lock(hashtextextended('sluice:admission:' || $1::text, 0))`, [
+          written[0],
+        ]);
+      committing = { outcome, written, at: clock.now() };
+      return outcome;
+    });
+  } catch (error) {
+    if (!committing || committing.written.length === 0 || !answerLost(error)) throw error;
+    await settleLostAdmission(db, committing.written, error, committing.at, lockWaitMs, clock);
+    return committing.outcome;
   }
 }
 

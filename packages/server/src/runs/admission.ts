@@ -25,6 +25,7 @@ import {
   type Pending,
   type WithRun,
 } from './admission-line.js';
+import { settledTransaction } from './admission-settle.js';
 import { admitDecided, insertRuns } from './lifecycle.js';
 import { readCounters, reconcileCounters, type AdmissionCounters, type NewRun } from './store.js';
 import type { Refusal } from './refusal.js';
@@ -247,7 +248,7 @@ async function decideBatch(
     });
   if (outcomes.every((o) => o !== undefined)) return outcomes;
 
-  return db.transaction(async (tx) => {
+  return settledTransaction(db, lockWaitMs, clock, async (tx) => {
     await lockTenantAdmission(tx, tenant);
     const now = clock.now();
     if (line.reconciledAt === undefined || now - line.reconciledAt >= RECONCILE_EVERY_MS) {
@@ -277,18 +278,17 @@ async function decideBatch(
       quotaUsed++;
       if (spend) spend.active++;
     }
-    if (admitted.length > 0) {
-      const rows = await insertRuns(
-        tx,
-        admitted.map(({ who, run }) => ({ who, run })),
-      );
-      for (const [j, item] of admitted.entries()) await item.withRun?.(tx, rows[j]!);
-      let next = 0;
-      batch.forEach((item, i) => {
-        if (outcomes[i] === undefined) outcomes[i] = { ok: true, run: rows[next++]! };
-      });
-    }
-    return outcomes as Admission[];
+    if (admitted.length === 0) return { outcome: outcomes as Admission[], written: [] };
+    const rows = await insertRuns(
+      tx,
+      admitted.map(({ who, run }) => ({ who, run })),
+    );
+    for (const [j, item] of admitted.entries()) await item.withRun?.(tx, rows[j]!);
+    let next = 0;
+    batch.forEach((item, i) => {
+      if (outcomes[i] === undefined) outcomes[i] = { ok: true, run: rows[next++]! };
+    });
+    return { outcome: outcomes as Admission[], written: rows.map((row) => row.id) };
   });
 }
 

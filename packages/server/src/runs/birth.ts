@@ -1,7 +1,7 @@
 import { prepared, type Database, type SqlClient } from '@sluice/postgres/database';
 import { systemClock, type Clock } from 'sluice/concurrency';
 import type { Principal } from '../store/tokens.js';
-import { answerLost, settleLostAdmission } from './admission-settle.js';
+import { answerLost, settledTransaction, settleLostAdmission } from './admission-settle.js';
 import type { HighestCounts } from './caps.js';
 import { inOrder, runDocuments } from './run-documents.js';
 import type { RunStatus } from './states.js';
@@ -69,12 +69,20 @@ export async function admitDecided(
   clock: Clock = systemClock,
 ): Promise<RunRow[] | undefined> {
   const { ids, chunks } = runDocuments(runs, bornStatus);
-  const params = [tenant, JSON.stringify(highest), chunks[0], Math.max(1, Math.min(Math.round(lockWaitMs), 2 ** 31 - 1))];
+  const params = [
+    tenant,
+    JSON.stringify(highest),
+    chunks[0],
+    Math.max(1, Math.min(Math.round(lockWaitMs), 2 ** 31 - 1)),
+  ];
   if (chunks.length > 1)
-    return db.transaction(async (tx) => {
+    return settledTransaction(db, lockWaitMs, clock, async (tx) => {
       const first = await tx.query<RunRow>(admitAlone, params);
-      if (first.rows.length === 0) return undefined;
-      return inOrder(ids, [...first.rows, ...(await insertChunks(tx, chunks.slice(1)))]);
+      if (first.rows.length === 0) return { outcome: undefined, written: [] };
+      return {
+        outcome: inOrder(ids, [...first.rows, ...(await insertChunks(tx, chunks.slice(1)))]),
+        written: ids,
+      };
     });
   const sentAt = clock.now();
   let rows: RunRow[];

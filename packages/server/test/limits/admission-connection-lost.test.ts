@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { expect, it } from 'vitest';
 import { openStore } from '@sluice/server';
-import { isStoreUnavailable } from '../../src/http/errors.js';
+import { isStoreUnavailable, refusalOf } from '../../src/http/errors.js';
 import { admitRun, type Admission } from '../../src/runs/admission.js';
 import { answerLost } from '../../src/runs/admission-settle.js';
 import type { TenantLimits } from '../../src/runs/policy.js';
@@ -78,12 +78,24 @@ async function setUp() {
     );
   const lockTenant = () => holder.query(`SELECT pg_advisory_lock(hashtext('sluice:tenant:${tenant}'))`);
   const unlockTenant = () => holder.query(`SELECT pg_advisory_unlock(hashtext('sluice:tenant:${tenant}'))`);
-  return { proxy, holder, admit, advisoryWaits, rowsOf, statementEnded, lockTenant, unlockTenant, count };
+  return {
+    proxy,
+    holder,
+    admit,
+    advisoryWaits,
+    rowsOf,
+    statementEnded,
+    lockTenant,
+    unlockTenant,
+    count,
+    db: store.db,
+  };
 }
 
 describeWith({ PostgreSQL: postgres })('a connection lost while an admission statement is out', () => {
   it('cut while it waits for the lock: the caller hears "failed" and the statement, let in later, writes nothing', async () => {
-    const { proxy, admit, advisoryWaits, rowsOf, statementEnded, lockTenant, unlockTenant, count } = await setUp();
+    const { proxy, admit, advisoryWaits, rowsOf, statementEnded, lockTenant, unlockTenant, count } =
+      await setUp();
     await lockTenant();
     const id = newRunId();
     const heard = admit(id);
@@ -94,7 +106,9 @@ describeWith({ PostgreSQL: postgres })('a connection lost while an admission sta
     expect(outcome).toHaveProperty('failed');
     expect(String((outcome as { failed: unknown }).failed)).toMatch(/Connection terminated/);
     // The batch is fenced, and the statement that was waiting goes on once the lock is free.
-    expect(await count('SELECT count(*)::int AS n FROM admission_fences WHERE batch = $1::text', [id])).toBe(1);
+    expect(await count('SELECT count(*)::int AS n FROM admission_fences WHERE batch = $1::text', [id])).toBe(
+      1,
+    );
     await unlockTenant();
     await statementEnded();
     expect(await rowsOf(id)).toBe(0);
@@ -120,9 +134,10 @@ describeWith({ PostgreSQL: postgres })('a connection lost while an admission sta
     // The statement passes both locks and its checks, then its insert waits for the tenant's
     // counters row (the counters' trigger locks it), held here.
     await holder.query('BEGIN');
-    await holder.query(`SELECT 1 FROM admission_counters WHERE tenant = $1::text AND project = '' FOR UPDATE`, [
-      tenant,
-    ]);
+    await holder.query(
+      `SELECT 1 FROM admission_counters WHERE tenant = $1::text AND project = '' FOR UPDATE`,
+      [tenant],
+    );
     const id = newRunId();
     const heard = admit(id);
     const rowLockWaits = () =>
@@ -151,11 +166,59 @@ describeWith({ PostgreSQL: postgres })('a connection lost while an admission sta
     const outcome = (await heard) as { failed: Error };
     expect(outcome.failed.name).toBe('AdmissionOutcomeUnknown');
     expect(isStoreUnavailable(outcome.failed)).toBe(true);
+    // Not a plain "try again": the answer names the run, which may exist.
+    const answer = refusalOf(outcome.failed)!;
+    expect(answer.status).toBe(503);
+    expect(answer.body()).toMatchObject({ error: { type: 'admission_outcome_unknown', run_ids: [id] } });
     // Its bound passed while it waited: the statement gave up on the lock, so nothing was written.
     await statementEnded();
     await unlockTenant();
     expect(await rowsOf(id)).toBe(0);
     proxy.restore();
+  }, 30_000);
+
+  it('the locked path (a run quota): a COMMIT whose answer is lost is waited for, and the caller hears "admitted"', async () => {
+    const { proxy, holder, db, advisoryWaits, rowsOf } = await setUp();
+    // Each new run's COMMIT waits for advisory lock 4242, held here (a deferred trigger).
+    await holder.query(`CREATE FUNCTION wait_4242() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_advisory_xact_lock(4242); RETURN NULL; END $$`);
+    await holder.query(`CREATE CONSTRAINT TRIGGER wait_4242 AFTER INSERT ON agent_runs
+      DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION wait_4242()`);
+    await holder.query('SELECT pg_advisory_lock(4242)');
+    const quota = { ...limits, runQuota: { limit: 100, windowMs: 60_000 } };
+    const id = newRunId();
+    const heard = admitRun(db, who, run({ id }), quota, LOCK_WAIT_MS).then(
+      (a) => (a.ok ? { admitted: a.run.id } : { failed: a.refusal }),
+      (error: unknown) => ({ failed: error }),
+    );
+    await until(async () => (await advisoryWaits()) === 1, 'the COMMIT waiting');
+    proxy.cut();
+    proxy.restore();
+    // The caller asks what became of the batch; the transaction holds its lock until it ends.
+    await until(async () => (await advisoryWaits()) === 2, "the settling waiting for the batch's lock");
+    await holder.query('SELECT pg_advisory_unlock(4242)');
+    expect(await heard).toEqual({ admitted: id });
+    expect(await rowsOf(id)).toBe(1);
+  }, 30_000);
+
+  it('no connection to be had: the statement was never sent, and the caller hears so at once', async () => {
+    const { proxy, admit, rowsOf, db } = await setUp();
+    proxy.cut();
+    // The pool's idle connections were cut too: a statement handed one may have left before the
+    // close was heard (that one is settled). Until they are all dropped:
+    await until(
+      async () =>
+        ((await db.query('SELECT 1').catch((error: unknown) => error)) as { neverSent?: boolean })
+          .neverSent === true,
+      'no connection left to hand out',
+    );
+    // Settling would go on until the lock wait (a minute here) had passed, past this test's bound.
+    const id = newRunId();
+    const outcome = (await admit(id, 60_000)) as { failed: Error & { neverSent?: boolean } };
+    expect(outcome.failed.neverSent).toBe(true);
+    expect(answerLost(outcome.failed)).toBe(false);
+    proxy.restore();
+    expect(await rowsOf(id)).toBe(0);
   }, 30_000);
 
   it('an error PostgreSQL reports is not a lost answer; a broken connection or a silent one is', () => {
@@ -169,5 +232,13 @@ describeWith({ PostgreSQL: postgres })('a connection lost while an admission sta
     expect(answerLost(Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }))).toBe(true);
     // Never sent: the pool could not hand out a connection.
     expect(answerLost(new Error('timeout exceeded when trying to connect'))).toBe(false);
+    // A pooler's own errors (PgBouncer's query_timeout, its server connection lost): the backend
+    // behind it may go on and commit.
+    for (const message of ['query timeout', 'server conn crashed?'])
+      expect(answerLost(Object.assign(new Error(message), { code: '08P01', severity: 'FATAL' }))).toBe(true);
+    // PostgreSQL ending the session (pg_terminate_backend): settled too, at the cost of a read.
+    expect(
+      answerLost(Object.assign(new Error('terminating connection'), { code: '57P01', severity: 'FATAL' })),
+    ).toBe(true);
   });
 });

@@ -81,7 +81,7 @@ describeWith({ PostgreSQL: postgres })('held runs admitted in one round trip', (
     before = sent();
     expect((await admit(run())).ok).toBe(true);
     // A queued run: the same one statement, no BEGIN or COMMIT (a lost answer is settled before
-    // the caller hears anything: admission-settle.test.ts).
+    // the caller hears anything: admission-connection-lost.test.ts).
     expect(sent() - before).toBe(1);
   }, 30_000);
 
@@ -164,8 +164,9 @@ describeWith({ PostgreSQL: postgres })('held runs admitted in one round trip', (
     const before = sent();
     expect((await admitRun(db, who('rr'), held(), cap)).ok).toBe(true);
     // The statement, a plain read, the statement again (decided from the read: nothing written
-    // either), then the locked transaction: BEGIN, the lock, the locked read, the insert, COMMIT.
-    expect(sent() - before).toBe(8);
+    // either), then the locked transaction: BEGIN, the lock, the locked read, the insert, the
+    // batch's lock (held to the COMMIT, for a settling to wait on), COMMIT.
+    expect(sent() - before).toBe(9);
     expect((await admitRun(db, who('rr'), held(), cap)).ok).toBe(false);
     expect(await activeRuns(db, 'rr')).toBe(2);
   }, 30_000);
