@@ -39,27 +39,24 @@ const neverSent = [
   /^timeout exceeded when trying to connect$/,
   /pool after calling end/,
   /Client was closed/,
+  /Client has encountered a connection error and is not queryable/,
 ];
 
 /**
  * Whether the statement may have run without its caller hearing how. Only an error PostgreSQL
- * reports about the statement itself (severity ERROR, outside the connection class 08) ends it
- * before its commit for sure. A FATAL may come from a pooler in between (PgBouncer's "query
- * timeout" or "server conn crashed?", class 08, while the backend behind it goes on and
- * commits), so it is settled like a broken connection. An error raised while the pool was still
- * connecting (`neverSent` from @sluice/postgres) sent nothing.
+ * reports about the statement itself ends it before its commit for sure: an SQLSTATE outside the
+ * connection class 08 and the shutdown codes 57P, not FATAL. A pooler in between sends errors of
+ * its own (PgBouncer's "query timeout" or "server conn crashed?", 08P01, FATAL) while the backend
+ * behind it goes on and commits, so those are settled like a broken connection. An error raised
+ * while the pool was still connecting (`neverSent` from @sluice/postgres) sent nothing.
  */
 export function answerLost(error: unknown): boolean {
   const e = error as
     { code?: unknown; severity?: unknown; message?: unknown; neverSent?: unknown } | undefined;
   if (e?.neverSent === true) return false;
-  if (
-    e?.severity === 'ERROR' &&
-    typeof e.code === 'string' &&
-    /^[0-9A-Z]{5}$/.test(e.code) &&
-    !e.code.startsWith('08')
-  )
-    return false;
+  // The severity is in the server's language; the connection (08) and shutdown (57P) classes are not.
+  const code = typeof e?.code === 'string' && /^[0-9A-Z]{5}$/.test(e.code) ? e.code : undefined;
+  if (code && !/^(08|57P)/.test(code) && e?.severity !== 'FATAL' && e?.severity !== 'PANIC') return false;
   const message = typeof e?.message === 'string' ? e.message : '';
   return !neverSent.some((pattern) => pattern.test(message));
 }
@@ -138,6 +135,18 @@ export async function settledTransaction<T>(
     await settleLostAdmission(db, committing.written, error, committing.at, lockWaitMs, clock);
     return committing.outcome;
   }
+}
+
+/**
+ * The error each caller of a batch hears: the runs of its own, when the outcome is unknown (a
+ * caller must not see another user's run ids, nor take another's run for its own). A caller
+ * whose run was not among those written hears the lost answer itself: nothing of its was.
+ */
+export function errorFor(error: unknown, runId: string | undefined): unknown {
+  if (!(error instanceof AdmissionOutcomeUnknown)) return error;
+  return runId !== undefined && error.ids.includes(runId)
+    ? new AdmissionOutcomeUnknown(error.lost, [runId])
+    : error.lost;
 }
 
 /** Fences a day old: no statement sent that long ago is still waiting for its locks. */

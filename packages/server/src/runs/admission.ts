@@ -25,9 +25,9 @@ import {
   type Pending,
   type WithRun,
 } from './admission-line.js';
-import { settledTransaction } from './admission-settle.js';
+import { errorFor, settledTransaction } from './admission-settle.js';
 import { admitDecided, insertRuns } from './lifecycle.js';
-import { readCounters, reconcileCounters, type AdmissionCounters, type NewRun } from './store.js';
+import { newRunId, readCounters, reconcileCounters, type AdmissionCounters, type NewRun } from './store.js';
 import type { Refusal } from './refusal.js';
 import { inTurn } from './turns.js';
 
@@ -109,8 +109,10 @@ export async function admitRun(
   withRun?: WithRun,
 ): Promise<Admission> {
   const line = lineOf(db, who.tenant);
+  // Named now, so that a caller told the outcome is unknown is told its own run's id.
+  const named = run.id === undefined ? { ...run, id: newRunId() } : run;
   return new Promise<Admission>((resolve, reject) => {
-    line.queue.push({ who, run, limits, withRun, resolve, reject });
+    line.queue.push({ who, run: named, limits, withRun, resolve, reject });
     askTurn(db, who.tenant, line, lockWaitMs, clock);
   });
 }
@@ -206,7 +208,7 @@ async function admitBatch(
         await admitBatch(db, tenant, line, [item], clock, lockWaitMs).catch(() => undefined);
       return;
     }
-    for (const item of batch) item.reject(error);
+    for (const item of batch) item.reject(errorFor(error, item.run.id));
     // Passed on, so the turn knows whether the lock was the cause (see `inTurn`).
     throw error;
   }

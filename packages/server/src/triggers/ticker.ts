@@ -1,4 +1,5 @@
 import { refusalOf } from '../http/errors.js';
+import { AdmissionOutcomeUnknown } from '../runs/admission-settle.js';
 import type { RouteContext } from '../routes/context.js';
 import { latestTick, nextTick } from './cron.js';
 import { tuning } from '../tuning.js';
@@ -92,6 +93,8 @@ export class TriggerTicker {
       return true;
     } catch (error) {
       if (isUniqueViolation(error)) return false;
+      // Not a refusal: the tick is tried again, and finds itself recorded if its run was written.
+      if (error instanceof AdmissionOutcomeUnknown) throw error;
       const refused = refusalOf(error);
       if (!refused) throw error;
       this.log('warn', 'schedule tick refused', { trigger: trigger.id, tick: at, refusal: refused.type });

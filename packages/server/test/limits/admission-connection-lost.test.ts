@@ -159,21 +159,26 @@ describeWith({ PostgreSQL: postgres })('a connection lost while an admission sta
     const lockWaitMs = 1_000;
     const { proxy, admit, advisoryWaits, rowsOf, statementEnded, lockTenant, unlockTenant } = await setUp();
     await lockTenant();
-    const id = newRunId();
-    const heard = admit(id, lockWaitMs);
+    // Three callers in one batch (one statement).
+    const ids = [newRunId(), newRunId(), newRunId()];
+    const heard = ids.map((id) => admit(id, lockWaitMs));
     await until(async () => (await advisoryWaits()) === 1, 'the admission waiting for the tenant lock');
     proxy.cut();
-    const outcome = (await heard) as { failed: Error };
-    expect(outcome.failed.name).toBe('AdmissionOutcomeUnknown');
-    expect(isStoreUnavailable(outcome.failed)).toBe(true);
-    // Not a plain "try again": the answer names the run, which may exist.
-    const answer = refusalOf(outcome.failed)!;
-    expect(answer.status).toBe(503);
-    expect(answer.body()).toMatchObject({ error: { type: 'admission_outcome_unknown', run_ids: [id] } });
+    for (const [i, id] of ids.entries()) {
+      const outcome = (await heard[i]!) as { failed: Error };
+      expect(outcome.failed.name).toBe('AdmissionOutcomeUnknown');
+      expect(isStoreUnavailable(outcome.failed)).toBe(true);
+      // Not a plain "try again": the answer names the caller's own run (and no one else's), which
+      // may exist.
+      const answer = refusalOf(outcome.failed)!;
+      expect(answer.status).toBe(503);
+      expect(answer.body()).toMatchObject({ error: { type: 'admission_outcome_unknown', run_ids: [id] } });
+    }
+    const id = ids[0]!;
     // Its bound passed while it waited: the statement gave up on the lock, so nothing was written.
     await statementEnded();
     await unlockTenant();
-    expect(await rowsOf(id)).toBe(0);
+    for (const each of [id, ...ids.slice(1)]) expect(await rowsOf(each)).toBe(0);
     proxy.restore();
   }, 30_000);
 
@@ -227,6 +232,14 @@ describeWith({ PostgreSQL: postgres })('a connection lost while an admission sta
       severity: 'ERROR',
     });
     expect(answerLost(reported)).toBe(false);
+    // The same in the server's own language (lc_messages): judged by its code.
+    expect(answerLost(Object.assign(new Error('annulation'), { code: '55P03', severity: 'ERREUR' }))).toBe(
+      false,
+    );
+    // A COMMIT on a client whose connection already failed: nothing was sent.
+    expect(answerLost(new Error('Client has encountered a connection error and is not queryable'))).toBe(
+      false,
+    );
     expect(answerLost(new Error('Connection terminated unexpectedly'))).toBe(true);
     expect(answerLost(new Error('Query read timeout'))).toBe(true);
     expect(answerLost(Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }))).toBe(true);
