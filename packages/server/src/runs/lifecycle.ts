@@ -17,8 +17,7 @@ export * from './birth.js';
  * state, one does and the other finds nothing to move.
  *
  *   admission ──insertRuns, admitDecided─────────────▶ scheduled | queued | running
- *             (bornStatus; written by sluice_insert_runs, sql/016_admission_fast_path.sql, and
- *             sluice_admit, sql/034_admission_alone.sql)
+ *             (bornStatus; written by sluice_insert_runs, sql/016, and sluice_admit, sql/034)
  *
  *   scheduled ──promoteDueDeferred, queueScheduled──▶ queued ──startRun, startFirstDeferred──▶ running
  *   running ──finishRun──▶ succeeded | failed (agent_error, timeout, max_duration_exceeded) | canceled

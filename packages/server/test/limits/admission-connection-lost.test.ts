@@ -54,8 +54,8 @@ async function setUp() {
   // The line's first batch reconciles under the lock; the next ones go alone.
   expect((await admitRun(store.db, who, run(), limits, LOCK_WAIT_MS)).ok).toBe(true);
 
-  const admit = (id: string, lockWaitMs = LOCK_WAIT_MS): Promise<Heard> =>
-    admitRun(store.db, who, run({ id }), limits, lockWaitMs).then(
+  const admit = (id: string, lockWaitMs = LOCK_WAIT_MS, caps: TenantLimits = limits): Promise<Heard> =>
+    admitRun(store.db, who, run({ id }), caps, lockWaitMs).then(
       (a: Admission) => (a.ok ? { admitted: a.run.id } : { failed: a.refusal }),
       (error: unknown) => ({ failed: error }),
     );
@@ -183,7 +183,7 @@ describeWith({ PostgreSQL: postgres })('a connection lost while an admission sta
   }, 30_000);
 
   it('the locked path (a run quota): a COMMIT whose answer is lost is waited for, and the caller hears "admitted"', async () => {
-    const { proxy, holder, db, advisoryWaits, rowsOf } = await setUp();
+    const { proxy, holder, admit, advisoryWaits, rowsOf } = await setUp();
     // Each new run's COMMIT waits for advisory lock 4242, held here (a deferred trigger).
     await holder.query(`CREATE FUNCTION wait_4242() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN PERFORM pg_advisory_xact_lock(4242); RETURN NULL; END $$`);
@@ -192,10 +192,7 @@ describeWith({ PostgreSQL: postgres })('a connection lost while an admission sta
     await holder.query('SELECT pg_advisory_lock(4242)');
     const quota = { ...limits, runQuota: { limit: 100, windowMs: 60_000 } };
     const id = newRunId();
-    const heard = admitRun(db, who, run({ id }), quota, LOCK_WAIT_MS).then(
-      (a) => (a.ok ? { admitted: a.run.id } : { failed: a.refusal }),
-      (error: unknown) => ({ failed: error }),
-    );
+    const heard = admit(id, LOCK_WAIT_MS, quota);
     await until(async () => (await advisoryWaits()) === 1, 'the COMMIT waiting');
     proxy.cut();
     proxy.restore();
