@@ -66,9 +66,9 @@ function start(
     ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`]
     : [];
   // The children run the packages as users get them, built (dist/): without the source
-  // condition, `sluice` and `@sluice/server` resolve to their build. tsx only loads the child's
-  // own few lines. Through tsx's transform of the sources the server spent about a third more CPU
-  // a request (it wraps every named function it creates), which is no user's cost.
+  // condition, `sluice` and `@sluice/server` resolve to their build, and tsx only loads the
+  // child's own few lines. tsx's transform of the sources wraps every named function as it is
+  // created, work that no user's server does.
   const child = fork(fileURLToPath(new URL(file, import.meta.url)), [], {
     execArgv: ['--import', 'tsx', ...profile],
     env: { ...process.env, ...env },

@@ -78,7 +78,7 @@ async function start(name: 'provider' | 'server', env: Record<string, string> = 
   const child = spawn(
     process.execPath,
     // The run server and the stand-in run the packages as users get them, built (dist/):
-    // without the source condition their imports resolve to the build (see buildIsThere).
+    // without the source condition their imports resolve to the build (bench/built.ts).
     ['--import', 'tsx', fileURLToPath(import.meta.url)],
     { env: { ...process.env, ...env, SLUICE_STREAM_BENCH_ROLE: name }, stdio: ['pipe', 'pipe', 'inherit'] },
   );
