@@ -32,7 +32,7 @@ import { loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
-import { buildPackages } from './built.js';
+import { buildPackages } from '../scripts/build-packages.js';
 
 const quick = process.argv.includes('--quick');
 const CONCURRENCY = quick ? 8 : 64;
