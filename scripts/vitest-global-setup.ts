@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
-import { buildPackages } from './build-packages.js';
+import { buildWhenMissing } from './build-packages.js';
 import { serverOf, type PostgresServer } from './postgres-config.js';
 import { installedPgBouncer, startPgBouncer, type RunningPgBouncer } from './pgbouncer.js';
 import { freePort, postgresAnswers } from './probes.mjs';
@@ -65,7 +65,7 @@ function missing(service: TestService): void {
  * that need them (scripts/test-services.ts).
  */
 export default async function setup(project: TestProject) {
-  buildPackages();
+  buildWhenMissing();
   const template = await pgliteTemplate();
   project.provide('pgliteTemplate', template.path);
   const redis = await ensureRedis();
