@@ -32,7 +32,7 @@ import { loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
-import { buildPackages } from '../scripts/build-packages.js';
+import { buildEnv, buildPackages } from '../scripts/build-packages.js';
 
 const quick = process.argv.includes('--quick');
 const CONCURRENCY = quick ? 8 : 64;
@@ -71,7 +71,7 @@ function start(
   // created, work that no user's server does.
   const child = fork(fileURLToPath(new URL(file, import.meta.url)), [], {
     execArgv: ['--import', 'tsx', ...profile],
-    env: { ...process.env, ...env },
+    env: buildEnv(env),
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   return new Promise((resolve, reject) => {

@@ -45,7 +45,7 @@ import { createAgent } from 'sluice';
 import { createToken, defineConfig, serve } from '@sluice/server';
 import { startProviderStandIn } from '@sluice/testkit';
 import pg from 'pg';
-import { buildPackages } from '../scripts/build-packages.js';
+import { buildEnv, buildPackages } from '../scripts/build-packages.js';
 import { serverOf, urlOf } from '../scripts/postgres-config.js';
 // @ts-expect-error plain ESM script without types
 import { ensurePostgres } from '../scripts/postgres.mjs';
@@ -80,7 +80,7 @@ async function start(name: 'provider' | 'server', env: Record<string, string> = 
     // The run server and the stand-in run the packages as users get them, built (dist/):
     // without the source condition their imports resolve to the build (scripts/build-packages.ts).
     ['--import', 'tsx', fileURLToPath(import.meta.url)],
-    { env: { ...process.env, ...env, SLUICE_STREAM_BENCH_ROLE: name }, stdio: ['pipe', 'pipe', 'inherit'] },
+    { env: buildEnv({ ...env, SLUICE_STREAM_BENCH_ROLE: name }), stdio: ['pipe', 'pipe', 'inherit'] },
   );
   const lines = createInterface({ input: child.stdout! });
   let ready: (line: string) => void;

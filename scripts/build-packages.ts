@@ -1,12 +1,12 @@
 /**
  * The packages' build (dist/), for what runs on it rather than on the sources: bench:gateway
  * and bench:stream start their measured server on the build, as users run it, not on the
- * sources through tsx's transform; the tarball test packs it.
+ * sources through tsx's transform; the tarball tests pack it. The test run brings it up to date
+ * once before any test (vitest-global-setup.ts), so that the tests' own builds find nothing to
+ * write and none of them reads a file another is writing.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('../', import.meta.url));
@@ -18,15 +18,10 @@ export function buildPackages(): void {
 }
 
 /**
- * Builds when a package has no build at all (a fresh checkout's first `npm test`), so that the
- * tests that need one do not each start building it at the same time. A build that is only
- * older than the sources is left to those tests (each brings it up to date first): building
- * before every test run would cost an edit-and-test loop the whole incremental build.
+ * The environment of a bench's child that must run the build: the parent's, without
+ * NODE_OPTIONS, which could carry `--conditions=@sluice/source` and put the sources back.
  */
-export function buildWhenMissing(): void {
-  const packages = join(root, 'packages');
-  const unbuilt = readdirSync(packages).some(
-    (name) => existsSync(join(packages, name, 'package.json')) && !existsSync(join(packages, name, 'dist')),
-  );
-  if (unbuilt) buildPackages();
+export function buildEnv(env: Record<string, string>): NodeJS.ProcessEnv {
+  const { NODE_OPTIONS: _dropped, ...rest } = process.env;
+  return { ...rest, ...env };
 }
