@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { AbortWatch } from 'sluice/concurrency';
 import type {
   AcquireRequest,
   Clock,
@@ -37,7 +38,8 @@ export interface LocalWaiter {
   /** Why the request ends, once cancellation or the deadline has come. */
   end: WaitEnd | undefined;
   timer: ClockTimer | undefined;
-  onAbort: (() => void) | undefined;
+  /** Watched on its request's signal (the waiters' AbortWatch). */
+  watched: boolean;
   resolve(lease: ConcurrencyLease<string>): void;
   reject(error: unknown): void;
 }
@@ -55,6 +57,10 @@ export interface WaitEnd {
  */
 export class LocalWaiters {
   readonly #all = new Map<string, LocalWaiter>();
+  /** One listener per signal, however many of this process's waiters share it. */
+  readonly #aborts = new AbortWatch<LocalWaiter>((waiter, reason) =>
+    this.on.end(waiter, { error: reason, deadline: false }),
+  );
 
   constructor(
     private readonly clock: Clock,
@@ -106,7 +112,7 @@ export class LocalWaiters {
       enqueued: undefined,
       end: undefined,
       timer: undefined,
-      onAbort: undefined,
+      watched: false,
       resolve,
       reject,
     };
@@ -120,8 +126,8 @@ export class LocalWaiters {
     }
     const signal = request.signal;
     if (signal) {
-      waiter.onAbort = () => this.on.end(waiter, { error: signal.reason, deadline: false });
-      signal.addEventListener('abort', waiter.onAbort, { once: true });
+      this.#aborts.watch(signal, waiter);
+      waiter.watched = true;
     }
     return { waiter, promise };
   }
@@ -130,8 +136,8 @@ export class LocalWaiters {
   clearResources(waiter: LocalWaiter): void {
     if (waiter.timer !== undefined) this.clock.clearTimeout(waiter.timer);
     waiter.timer = undefined;
-    if (waiter.onAbort) waiter.request.signal?.removeEventListener('abort', waiter.onAbort);
-    waiter.onAbort = undefined;
+    if (waiter.watched) this.#aborts.unwatch(waiter.request.signal!, waiter);
+    waiter.watched = false;
   }
 
   /** Done: a grant that still comes for it is given back by whoever delivers it. */

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { getEventListeners } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ConcurrencyError } from './errors.js';
 import { ConcurrencyConfigError, ConcurrencyQueueFullError, ConcurrencyTimeoutError } from './errors.js';
@@ -249,6 +250,45 @@ export function concurrencyConformanceCases(options: ConformanceOptions): Confor
         assert.ok(!already.ok && already.error === reason, 'an already aborted signal must reject at once');
         const stats = await limiter.stats?.();
         if (stats) assert.equal(stats.queued, 0, 'no request may stay queued after cancellation');
+      }),
+    },
+    {
+      name: 'a signal shared by many waiting requests: no listener warning, all rejected, nothing left on it',
+      run: withLimiters(async (make) => {
+        const limiter = await make({ maxConcurrent: 1 });
+        const holder = await limiter.acquire();
+        const listeners = (signal: AbortSignal) => getEventListeners(signal, 'abort').length;
+        // Aborted while all wait: each rejects with the reason, in the order they asked.
+        const controller = new AbortController();
+        const waiting = Array.from({ length: 12 }, () =>
+          settle(limiter.acquire({ signal: controller.signal, timeoutMs: long })),
+        );
+        await waitUntilQueued(limiter, 12);
+        assert.ok(
+          listeners(controller.signal) <= 10,
+          `12 requests waiting on one signal put ${listeners(controller.signal)} listeners on it: past 10, Node warns of a leak`,
+        );
+        const reason = new Error('the batch was cancelled');
+        controller.abort(reason);
+        for (const outcome of await Promise.all(waiting)) {
+          if (outcome.ok) await limiter.release(outcome.value);
+          assert.ok(!outcome.ok && outcome.error === reason, 'each must reject with signal.reason');
+        }
+        // Granted one after another: the signal holds nothing once the last is granted.
+        const kept = new AbortController();
+        const granted = Array.from({ length: 12 }, () =>
+          limiter.acquire({ signal: kept.signal, timeoutMs: long }),
+        );
+        await waitUntilQueued(limiter, 12);
+        let current = holder;
+        for (const next of granted) {
+          await limiter.release(current);
+          current = await next;
+        }
+        assert.equal(listeners(kept.signal), 0, 'a granted request must take its listener off the signal');
+        await limiter.release(current);
+        const stats = await limiter.stats?.();
+        if (stats) assert.equal(stats.queued, 0, 'no request may stay queued');
       }),
     },
     {

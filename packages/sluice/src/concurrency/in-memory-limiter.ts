@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { AbortWatch } from './abort-watch.js';
 import { allocate, effectiveLimits, hasRoom } from './allocate.js';
 import { budgetsOf, budgetStats, type TokenCost } from './budgets.js';
 import {
@@ -35,7 +36,8 @@ interface Waiter<W extends string> extends FairNode<Waiter<W>> {
   readonly enqueuedAt: number | undefined;
   readonly timeoutMs: number | undefined;
   timer: ClockTimer | undefined;
-  onAbort: (() => void) | undefined;
+  /** Watched by the limiter's AbortWatch on its request's signal. */
+  watched: boolean;
   resolve(lease: ConcurrencyLease<W>): void;
   reject(error: unknown): void;
 }
@@ -86,6 +88,13 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
   #wakeTimer: ClockTimer | undefined;
   #wakeAt: number | undefined;
   readonly #listeners = new Set<ConcurrencyEventListener>();
+  /** Waiters that wait with a signal: one listener per signal, however many share it. */
+  readonly #aborts = new AbortWatch<Waiter<W>>((waiter, reason) => {
+    if (!waiter.queued) return;
+    this.#dequeue(waiter);
+    waiter.reject(reason);
+    this.#afterLeave(this.#clock.now());
+  });
 
   constructor(options: ConcurrencyLimiterOptions<W>) {
     this.limits = resolveLimiterOptions(options);
@@ -157,7 +166,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
       request,
       timeoutMs,
       timer: undefined,
-      onAbort: undefined,
+      watched: false,
       resolve: capturedResolve,
       reject: capturedReject,
     };
@@ -187,13 +196,8 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
       }, timeoutMs);
     }
     if (signal) {
-      waiter.onAbort = () => {
-        if (!waiter.queued) return;
-        this.#dequeue(waiter);
-        waiter.reject(signal.reason);
-        this.#afterLeave(this.#clock.now());
-      };
-      signal.addEventListener('abort', waiter.onAbort, { once: true });
+      this.#aborts.watch(signal, waiter);
+      waiter.watched = true;
     }
     return promise;
   }
@@ -348,9 +352,9 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
       this.#clock.clearTimeout(waiter.timer);
       waiter.timer = undefined;
     }
-    if (waiter.onAbort !== undefined) {
-      waiter.request.signal?.removeEventListener('abort', waiter.onAbort);
-      waiter.onAbort = undefined;
+    if (waiter.watched) {
+      this.#aborts.unwatch(waiter.request.signal!, waiter);
+      waiter.watched = false;
     }
     if (this.#queued === 0) this.#armWake(undefined, 0);
   }

@@ -28,6 +28,7 @@ export type {
 export { rateLimitsFromHeaders } from './rate-limit-headers.js';
 export { agedRateLimits } from './rate-limit-age.js';
 export type { HeaderSource } from './rate-limit-headers.js';
+export { AbortWatch } from './abort-watch.js';
 export { acquireSlot } from './slot.js';
 export type { HeldSlot, SlotRequest } from './slot.js';
 export {
