@@ -38,8 +38,8 @@ export interface LocalWaiter {
   /** Why the request ends, once cancellation or the deadline has come. */
   end: WaitEnd | undefined;
   timer: ClockTimer | undefined;
-  /** Watched on its request's signal (the waiters' AbortWatch). */
-  watched: boolean;
+  /** The signal it is watched on (the request's, as it was when it asked). */
+  signal: AbortSignal | undefined;
   resolve(lease: ConcurrencyLease<string>): void;
   reject(error: unknown): void;
 }
@@ -112,7 +112,7 @@ export class LocalWaiters {
       enqueued: undefined,
       end: undefined,
       timer: undefined,
-      watched: false,
+      signal: undefined,
       resolve,
       reject,
     };
@@ -127,7 +127,7 @@ export class LocalWaiters {
     const signal = request.signal;
     if (signal) {
       this.#aborts.watch(signal, waiter);
-      waiter.watched = true;
+      waiter.signal = signal;
     }
     return { waiter, promise };
   }
@@ -136,8 +136,8 @@ export class LocalWaiters {
   clearResources(waiter: LocalWaiter): void {
     if (waiter.timer !== undefined) this.clock.clearTimeout(waiter.timer);
     waiter.timer = undefined;
-    if (waiter.watched) this.#aborts.unwatch(waiter.request.signal!, waiter);
-    waiter.watched = false;
+    if (waiter.signal !== undefined) this.#aborts.unwatch(waiter.signal, waiter);
+    waiter.signal = undefined;
   }
 
   /** Done: a grant that still comes for it is given back by whoever delivers it. */

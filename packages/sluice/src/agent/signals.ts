@@ -1,3 +1,4 @@
+import { AbortWatch } from '../concurrency/abort-watch.js';
 import type { Clock } from '../concurrency/clock.js';
 
 /**
@@ -7,8 +8,13 @@ import type { Clock } from '../concurrency/clock.js';
  * the sources referenced with no way to let go.)
  */
 export class LinkedAbort {
+  /**
+   * Every LinkedAbort's sources, one listener per source signal: a run's signal linked into
+   * each of its parallel tool calls and child agents carries one listener, not one each.
+   */
+  static readonly #sources = new AbortWatch<LinkedAbort>((linked, reason) => linked.abort(reason));
   readonly #controller = new AbortController();
-  readonly #unlink: (() => void)[] = [];
+  #linked: AbortSignal[] = [];
 
   constructor(sources: readonly (AbortSignal | undefined)[]) {
     for (const source of sources) {
@@ -17,9 +23,8 @@ export class LinkedAbort {
         this.abort(source.reason);
         break;
       }
-      const onAbort = () => this.abort(source.reason);
-      source.addEventListener('abort', onAbort, { once: true });
-      this.#unlink.push(() => source.removeEventListener('abort', onAbort));
+      LinkedAbort.#sources.watch(source, this);
+      this.#linked.push(source);
     }
   }
 
@@ -34,7 +39,8 @@ export class LinkedAbort {
   }
 
   dispose(): void {
-    for (const unlink of this.#unlink.splice(0)) unlink();
+    for (const source of this.#linked) LinkedAbort.#sources.unwatch(source, this);
+    this.#linked = [];
   }
 }
 

@@ -258,7 +258,7 @@ export function concurrencyConformanceCases(options: ConformanceOptions): Confor
         const limiter = await make({ maxConcurrent: 1 });
         const holder = await limiter.acquire();
         const listeners = (signal: AbortSignal) => getEventListeners(signal, 'abort').length;
-        // Aborted while all wait: each rejects with the reason, in the order they asked.
+        // Aborted while all wait: each rejects with the reason, and the signal is left bare.
         const controller = new AbortController();
         const waiting = Array.from({ length: 12 }, () =>
           settle(limiter.acquire({ signal: controller.signal, timeoutMs: long })),
@@ -274,6 +274,11 @@ export function concurrencyConformanceCases(options: ConformanceOptions): Confor
           if (outcome.ok) await limiter.release(outcome.value);
           assert.ok(!outcome.ok && outcome.error === reason, 'each must reject with signal.reason');
         }
+        assert.equal(
+          listeners(controller.signal),
+          0,
+          'an aborted request must leave no listener on the signal',
+        );
         // Granted one after another: the signal holds nothing once the last is granted.
         const kept = new AbortController();
         const granted = Array.from({ length: 12 }, () =>

@@ -36,8 +36,8 @@ interface Waiter<W extends string> extends FairNode<Waiter<W>> {
   readonly enqueuedAt: number | undefined;
   readonly timeoutMs: number | undefined;
   timer: ClockTimer | undefined;
-  /** Watched by the limiter's AbortWatch on its request's signal. */
-  watched: boolean;
+  /** The signal it is watched on (the request's, as it was when it asked). */
+  signal: AbortSignal | undefined;
   resolve(lease: ConcurrencyLease<W>): void;
   reject(error: unknown): void;
 }
@@ -89,12 +89,11 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
   #wakeAt: number | undefined;
   readonly #listeners = new Set<ConcurrencyEventListener>();
   /** Waiters that wait with a signal: one listener per signal, however many share it. */
-  readonly #aborts = new AbortWatch<Waiter<W>>((waiter, reason) => {
-    if (!waiter.queued) return;
-    this.#dequeue(waiter);
-    waiter.reject(reason);
-    this.#afterLeave(this.#clock.now());
-  });
+  readonly #aborts = new AbortWatch<Waiter<W>>(
+    (waiter, reason) => this.#leaveAborted(waiter, reason),
+    // Once every waiter of the signal has left: none of them is granted a place it freed.
+    () => this.#afterLeave(this.#clock.now()),
+  );
 
   constructor(options: ConcurrencyLimiterOptions<W>) {
     this.limits = resolveLimiterOptions(options);
@@ -166,7 +165,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
       request,
       timeoutMs,
       timer: undefined,
-      watched: false,
+      signal: undefined,
       resolve: capturedResolve,
       reject: capturedReject,
     };
@@ -195,11 +194,22 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
         this.#afterLeave(at);
       }, timeoutMs);
     }
-    if (signal) {
+    if (signal?.aborted) {
+      // Aborted while it was being queued (by a listener of the limiter's events, say).
+      this.#leaveAborted(waiter, signal.reason);
+      this.#afterLeave(this.#clock.now());
+    } else if (signal) {
       this.#aborts.watch(signal, waiter);
-      waiter.watched = true;
+      waiter.signal = signal;
     }
     return promise;
+  }
+
+  /** A waiter whose signal aborted leaves with its reason, if it still waits. */
+  #leaveAborted(waiter: Waiter<W>, reason: unknown): void {
+    if (!waiter.queued) return;
+    this.#dequeue(waiter);
+    waiter.reject(reason);
   }
 
   /**
@@ -352,9 +362,9 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
       this.#clock.clearTimeout(waiter.timer);
       waiter.timer = undefined;
     }
-    if (waiter.watched) {
-      this.#aborts.unwatch(waiter.request.signal!, waiter);
-      waiter.watched = false;
+    if (waiter.signal !== undefined) {
+      this.#aborts.unwatch(waiter.signal, waiter);
+      waiter.signal = undefined;
     }
     if (this.#queued === 0) this.#armWake(undefined, 0);
   }

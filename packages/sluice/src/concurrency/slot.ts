@@ -1,3 +1,4 @@
+import { AbortWatch } from './abort-watch.js';
 import { systemClock, type Clock, type ClockTimer } from './clock.js';
 import {
   ConcurrencyConfigError,
@@ -305,7 +306,7 @@ class BudgetedWait {
     if (timeoutMs === undefined) return;
     this.#controller = new AbortController();
     if (source?.aborted) this.#controller.abort(source.reason);
-    else source?.addEventListener('abort', this.#onCancel, { once: true });
+    else if (source) BudgetedWait.#cancels.watch(source, this);
     this.#timer = clock.setTimeout(() => {
       this.#timer = undefined;
       if (this.#controller!.signal.aborted) return;
@@ -314,7 +315,11 @@ class BudgetedWait {
     }, timeoutMs);
   }
 
-  readonly #onCancel = (): void => this.#controller!.abort(this.#source!.reason);
+  /**
+   * The caller's signal cancels each wait on it: one listener per signal, however many slots
+   * are asked for with it at once.
+   */
+  static readonly #cancels = new AbortWatch<BudgetedWait>((wait, reason) => wait.#controller!.abort(reason));
 
   /** What the limiter listens to. */
   get signal(): AbortSignal | undefined {
@@ -329,7 +334,7 @@ class BudgetedWait {
   dispose(): void {
     if (this.#timer !== undefined) this.#clock.clearTimeout(this.#timer);
     this.#timer = undefined;
-    this.#source?.removeEventListener('abort', this.#onCancel);
+    if (this.#source) BudgetedWait.#cancels.unwatch(this.#source, this);
   }
 }
 
