@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { AbortWatch } from './abort-watch.js';
 import { allocate, effectiveLimits, hasRoom } from './allocate.js';
 import { budgetsOf, budgetStats, type TokenCost } from './budgets.js';
@@ -19,33 +18,11 @@ import {
   resolveWorkload,
   type ConcurrencyLimiterOptions,
   type ResolvedLimits,
-  type ResolvedWorkload,
 } from './options.js';
-import { FairQueue, type FairNode, type Lane } from './fair-queue.js';
+import { FairQueue, type Lane } from './fair-queue.js';
 import { budgetFigures } from './learned.js';
-import { LeaseBook } from './lease-book.js';
-
-/** A request in the queue. It carries its own list links, so removal is O(1). */
-interface Waiter<W extends string> extends FairNode<Waiter<W>> {
-  readonly seq: number;
-  /** Set once the request may wait: a request tried at once has none yet. */
-  deadline: number | undefined;
-  readonly tokens: TokenCost;
-  readonly workload: ResolvedWorkload<W>;
-  readonly request: AcquireRequest<W>;
-  readonly enqueuedAt: number | undefined;
-  readonly timeoutMs: number | undefined;
-  timer: ClockTimer | undefined;
-  /** The signal it is watched on (the request's, as it was when it asked). */
-  signal: AbortSignal | undefined;
-  resolve(lease: ConcurrencyLease<W>): void;
-  reject(error: unknown): void;
-}
-
-// Lease ids: a random prefix per process and a counter shared by every limiter in it, so an
-// id is never handed out twice, not by two limiters, not by two processes.
-const idPrefix = randomUUID().slice(0, 8);
-let idCounter = 0;
+import { LeaseBook, newLeaseId } from './lease-book.js';
+import type { Waiter } from './in-memory-waiter.js';
 
 const RESOLVED: Promise<void> = Promise.resolve();
 
@@ -339,7 +316,7 @@ export class InMemoryConcurrencyLimiter<W extends string = 'default'> implements
   }
 
   #grant(workload: number, tokens: TokenCost, now: number): ConcurrencyLease<W> {
-    const id = `${idPrefix}-${++idCounter}`;
+    const id = newLeaseId();
     const expiresAt = now + this.limits.leaseTtlMs;
     this.#leases.add(id, { workload, expiresAt, tokens, grant: ++this.#grants });
     this.#active[workload]!++;

@@ -1,4 +1,15 @@
+import { randomUUID } from 'node:crypto';
 import type { TokenCost } from './budgets.js';
+
+// Lease ids: a random prefix per process and a counter shared by every limiter in it, so an
+// id is never handed out twice, not by two limiters, not by two processes.
+const idPrefix = randomUUID().slice(0, 8);
+let idCounter = 0;
+
+/** A lease id never handed out before in this process, nor in another. */
+export function newLeaseId(): string {
+  return `${idPrefix}-${++idCounter}`;
+}
 
 /** One lease the in-memory limiter holds. */
 export interface LeaseRecord {
