@@ -33,6 +33,7 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { buildEnv, buildPackages } from '../scripts/build-packages.js';
+import type { ChildUse } from './gateway/child.js';
 
 const quick = process.argv.includes('--quick');
 const CONCURRENCY = quick ? 8 : 64;
@@ -80,11 +81,11 @@ function start(
   });
 }
 
-/** The server process's CPU time so far, in µs (user and system). */
-async function cpuOf(child: ChildProcess): Promise<number> {
-  const answer = once(child, 'message') as Promise<[{ type: string; us: number }]>;
+/** A child's CPU time so far, in µs (user and system), and its GC pauses (gateway/child.ts). */
+async function useOf(child: ChildProcess): Promise<ChildUse> {
+  const answer = once(child, 'message') as Promise<[ChildUse & { type: string }]>;
   child.send({ type: 'cpu' });
-  return (await answer)[0].us;
+  return (await answer)[0];
 }
 
 async function stop(child: ChildProcess): Promise<void> {
@@ -201,12 +202,26 @@ async function main(): Promise<void> {
     // The CPU time the gateway's process (and the bare proxy's) spent on its rounds, per kind:
     // what one request costs it, steadier than a latency on a shared machine.
     const cpuUs = { gateway: { json: 0, stream: 0 }, bare: { json: 0, stream: 0 } };
+    // Their GC pauses in the paced phase: each stops every request in flight, so they are a
+    // part of the p99 that the process's own CPU time does not show.
+    const pacedGc = {
+      gateway: { gcs: 0, ms: 0, maxMs: 0 },
+      bare: { gcs: 0, ms: 0, maxMs: 0 },
+    };
+    let phase: 'saturated' | 'paced' = 'saturated';
     const timed = async (mode: Mode, kind: Kind, run: () => Promise<Sample>): Promise<Sample> => {
       if (mode === 'direct') return run();
       const child = mode === 'gateway' ? server.child : bare.child;
-      const before = await cpuOf(child);
+      const before = await useOf(child);
       const sample = await run();
-      cpuUs[mode][kind] += (await cpuOf(child)) - before;
+      const after = await useOf(child);
+      cpuUs[mode][kind] += after.us - before.us;
+      if (phase === 'paced') {
+        const gc = pacedGc[mode];
+        gc.gcs += after.gcs - before.gcs;
+        gc.ms += after.gcMs - before.gcMs;
+        gc.maxMs = Math.max(gc.maxMs, after.gcMaxMs);
+      }
       return sample;
     };
     for (let r = 0; r < ROUNDS; r++)
@@ -232,6 +247,7 @@ async function main(): Promise<void> {
       json: PACE * Math.min(sat.direct_json.rps, sat.gateway_json.rps),
       stream: PACE * Math.min(sat.direct_stream.rps, sat.gateway_stream.rps),
     };
+    phase = 'paced';
     for (let r = 0; r < ROUNDS; r++)
       for (const kind of ['json', 'stream'] as const)
         for (const mode of turns(r))
@@ -295,6 +311,13 @@ async function main(): Promise<void> {
         `${bareCpuPerRequest.json.toFixed(0)} µs (stream ${bareCpuPerRequest.stream.toFixed(0)}); the gateway over it: ` +
         `p50 ${overBare.p50.toFixed(2)} ms, p99 ${overBare.p99.toFixed(2)} ms (the worse kind)`,
     );
+    // Over both kinds' paced rounds: 2 * ROUNDS * PER_ROUND requests per side.
+    const pacedRequests = 2 * ROUNDS * PER_ROUND;
+    const gcLine = (gc: { gcs: number; ms: number; maxMs: number }) =>
+      `${gc.gcs} pauses, ${((gc.ms * 1000) / pacedRequests).toFixed(1)} µs a request, the longest ${gc.maxMs.toFixed(1)} ms`;
+    console.log(
+      `GC in the paced phase: the gateway's process ${gcLine(pacedGc.gateway)}; the bare proxy's ${gcLine(pacedGc.bare)}`,
+    );
     console.log(
       JSON.stringify({
         bench: 'gateway',
@@ -327,6 +350,9 @@ async function main(): Promise<void> {
         bare_throughput_vs_direct: round(
           Math.min(sat.bare_json.rps / sat.direct_json.rps, sat.bare_stream.rps / sat.direct_stream.rps),
         ),
+        server_gc_us_per_request_paced: round((pacedGc.gateway.ms * 1000) / pacedRequests, 1),
+        server_gc_longest_ms_paced: round(pacedGc.gateway.maxMs, 1),
+        bare_gc_us_per_request_paced: round((pacedGc.bare.ms * 1000) / pacedRequests, 1),
         bare_cpu_us_per_request_json: round(bareCpuPerRequest.json, 0),
         bare_cpu_us_per_request_stream: round(bareCpuPerRequest.stream, 0),
         gateway_over_bare_p50_ms: round(overBare.p50),
