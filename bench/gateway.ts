@@ -24,7 +24,8 @@
  *
  * Run: npm run bench:gateway   (-- --quick: the smallest setting; -- --pace F: the paced phase at
  * F times the slower side's saturated rate instead of 0.5; BENCH_CPU_PROF_DIR=dir: CPU profiles
- * of the server and the stand-in). The last line of output is one line of JSON.
+ * of the server and the stand-in; BENCH_SERVER_NODE_FLAGS="...": node flags for the server and
+ * the bare proxy). The last line of output is one line of JSON.
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -61,6 +62,7 @@ interface Sample {
 function start(
   file: string,
   env: Record<string, string>,
+  nodeFlags: string[] = [],
 ): Promise<{ child: ChildProcess; ready: Record<string, string> }> {
   // BENCH_CPU_PROF_DIR=dir: the server and the stand-in each write a CPU profile there on exit.
   const profile = process.env.BENCH_CPU_PROF_DIR
@@ -71,7 +73,7 @@ function start(
   // child's own few lines. tsx's transform of the sources wraps every named function as it is
   // created, work that no user's server does.
   const child = fork(fileURLToPath(new URL(file, import.meta.url)), [], {
-    execArgv: ['--import', 'tsx', ...profile],
+    execArgv: ['--import', 'tsx', ...profile, ...nodeFlags],
     env: buildEnv(env),
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
@@ -167,8 +169,12 @@ const round = (n: number, digits = 3) => Number(n.toFixed(digits));
 async function main(): Promise<void> {
   buildPackages();
   const provider = await start('./gateway/stand-in.ts', { CHUNKS: String(CHUNKS) });
-  const server = await start('./gateway/server.ts', { UPSTREAM: provider.ready.url! });
-  const bare = await start('./gateway/bare-proxy.ts', { UPSTREAM: provider.ready.url! });
+  // BENCH_SERVER_NODE_FLAGS: node flags for the server and the bare proxy, to compare a setting
+  // in one run's conditions (e.g. `--allocation-site-pretenuring`, V8's default that
+  // `sluice serve` turns off; NODE_OPTIONS cannot carry V8 flags).
+  const serverFlags = (process.env.BENCH_SERVER_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
+  const server = await start('./gateway/server.ts', { UPSTREAM: provider.ready.url! }, serverFlags);
+  const bare = await start('./gateway/bare-proxy.ts', { UPSTREAM: provider.ready.url! }, serverFlags);
   try {
     const clients: Record<Mode, OpenAI> = {
       direct: new OpenAI({ apiKey: 'sk-bench-upstream', baseURL: provider.ready.url, maxRetries: 0 }),

@@ -7,9 +7,16 @@
  * gateway adds over it is the gateway's own work.
  */
 import { createServer } from 'node:http';
+import { setFlagsFromString } from 'node:v8';
 import type { AddressInfo } from 'node:net';
 import { Pool, type Dispatcher } from 'undici';
 import { answerBench } from './child.js';
+
+// The gateway's process runs with V8's allocation-site pretenuring off, as `sluice serve` sets
+// it (packages/server/src/heap-tuning.ts): this one too, so that what the gateway adds over it
+// is the gateway's work and not a GC setting. A flag on the command line wins, as it does there.
+if (!process.execArgv.some((arg) => arg.replaceAll('_', '-').includes('allocation-site-pretenuring')))
+  setFlagsFromString('--no-allocation-site-pretenuring');
 
 const upstream = new URL(process.env.UPSTREAM!);
 const pool = new Pool(upstream.origin, { headersTimeout: 0, bodyTimeout: 0, keepAliveTimeout: 60_000 });

@@ -7,9 +7,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createAgent, createConcurrencyLimiter } from 'sluice';
-import { createToken, defineConfig, serve } from '@sluice/server';
+import { createToken, defineConfig, serve, tuneHeap } from '@sluice/server';
 import { answerBench } from './child.js';
 
+// As `sluice serve` does when it starts (heap-tuning.ts).
+tuneHeap();
 const upstream = process.env.UPSTREAM!;
 const limiter = createConcurrencyLimiter({ name: 'bench', maxConcurrent: 1_024 });
 const dir = mkdtempSync(join(tmpdir(), 'sluice-bench-gateway-'));

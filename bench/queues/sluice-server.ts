@@ -6,10 +6,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createAgent } from 'sluice';
-import { createToken, defineConfig, serve } from '@sluice/server';
+import { createToken, defineConfig, serve, tuneHeap } from '@sluice/server';
 import { answerParent, childOptions, failStart } from './child.js';
 import { inputOf, type SystemOptions, type SystemReady } from './options.js';
 
+// As `sluice serve` does when it starts (heap-tuning.ts).
+tuneHeap();
 const options = childOptions<SystemOptions>();
 const dir = mkdtempSync(join(tmpdir(), 'sluice-bench-queues-'));
 try {

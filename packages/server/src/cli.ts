@@ -2,6 +2,7 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { SluiceConfig } from './config.js';
 import { loadConfig, serve, type RunningServer } from './server.js';
+import { tuneHeap } from './heap-tuning.js';
 import { tenantSigningSecret } from './callbacks/index.js';
 import { RedisCacheStore } from './cache/redis.js';
 import { startTracing, type Tracing } from './ops/tracing.js';
@@ -20,6 +21,8 @@ const openCliStore = () =>
   openStore({ databaseUrl: process.env.DATABASE_URL || undefined, dataDir: resolve('.sluice', 'db') });
 
 async function serveCommand(args: string[]): Promise<void> {
+  // First: the flag must be set before a burst has made V8 pretenure anything (heap-tuning.ts).
+  tuneHeap();
   // Signals are taken first: a SIGTERM during a slow start (a config that starts things, a
   // database not up yet) stops the process cleanly instead of being lost or killing it
   // half-open. The handlers stay registered, and a second signal while draining changes nothing.

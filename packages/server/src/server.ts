@@ -7,7 +7,6 @@ import { ConfigLoadError, type SluiceConfig } from './config.js';
 import { perProcessWarning, settingsOfConfig } from './cache/open.js';
 import { demoConfig } from './demo-config.js';
 import { resolveSettings } from './settings.js';
-import { tuneHeap } from './heap-tuning.js';
 import { openStore, type Store } from './store/store.js';
 
 export interface ServeOptions {
@@ -80,7 +79,6 @@ function configLoadError(file: string, error: unknown): unknown {
  * claim nothing before the port is bound). Whatever fails on the way closes what was opened.
  */
 export async function serve(options: ServeOptions = {}): Promise<RunningServer> {
-  tuneHeap();
   const config = options.config ?? (await loadConfig(options.configFile)).config;
   const settings = resolveSettings(settingsOfConfig(config), process.env, config.runs, config.websocket);
   const dataDir = resolve(options.dataDir ?? '.sluice');
