@@ -6,7 +6,7 @@
  * shared machine's changes in load fall on every side alike.
  *
  * A third side is the floor under any gateway: a bare proxy of a few lines (gateway/bare-proxy.ts,
- * node:http and undici, nothing else) in a process of its own, measured in the same rounds. What
+ * node:http and undici, nothing else) in a process of its own, measured in the same turns. What
  * it adds over direct is what one more process and two more loopback hops cost on this machine;
  * what the gateway adds over it is the gateway's own work.
  *
@@ -14,27 +14,32 @@
  * - saturated: 64 calls at once, each starting when the last ended; gives requests per second
  *   through the gateway as a fraction of direct. Its latencies are mostly the wait for a core
  *   (every process of the run shares two), so they are printed but are not the added latency.
- * - paced: calls started on a fixed schedule at half the slower side's saturated rate (at most
- *   64 in flight; a call held back by that cap is timed from its scheduled start, so a slow side
+ * - paced: calls started on one fixed schedule at half the slower side's saturated rate in all,
+ *   the three sides taking the calls in turn, call by call (a third each; at most 64 in flight
+ *   per side; a call held back by that cap is timed from its scheduled start, so a slow side
  *   cannot hide its delay); gives the added latency, p50 and p99 (gateway minus direct, ms), and
  *   the time added per streamed chunk (the streamed added p50 less the non-streamed one, over
  *   the chunks of a stream, in µs): what a caller of a gateway that is not overloaded pays.
+ *   Until 2026-12-04 this phase too ran in rounds of one side at a time; a pause of the shared
+ *   machine then fell on whichever side's round was running, and decided every side's p99 (the
+ *   bare proxy's own added p99 went from -2 to 50 ms between runs). Call by call, a pause falls
+ *   on all three alike, and what is left of a side's tail is its own.
  *
  * The children load the build (dist/), as users run it: the bench builds them first.
  *
  * Run: npm run bench:gateway   (-- --quick: the smallest setting; -- --pace F: the paced phase at
- * F times the slower side's saturated rate instead of 0.5; BENCH_CPU_PROF_DIR=dir: CPU profiles
+ * F times the slower side's saturated rate, in all, instead of 0.5; BENCH_CPU_PROF_DIR=dir: CPU profiles
  * of the server and the stand-in; BENCH_SERVER_NODE_FLAGS="...": node flags for the server and
  * the bare proxy). The last line of output is one line of JSON.
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { loadavg } from 'node:os';
-import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { buildEnv, buildPackages } from '../scripts/build-packages.js';
 import type { ChildUse } from './gateway/child.js';
+import { interleaved, saturated as load, type Kind, type Sample } from './gateway/load.js';
 
 const quick = process.argv.includes('--quick');
 const CONCURRENCY = quick ? 8 : 64;
@@ -52,12 +57,6 @@ if (!(PACE > 0 && PACE <= 1))
   throw new Error(`--pace takes a fraction in (0, 1], got ${process.argv[paceAt + 1]}`);
 
 type Mode = 'direct' | 'gateway' | 'bare';
-type Kind = 'json' | 'stream';
-interface Sample {
-  latencies: number[];
-  ms: number;
-  requests: number;
-}
 
 function start(
   file: string,
@@ -95,69 +94,6 @@ async function stop(child: ChildProcess): Promise<void> {
   const exited = once(child, 'exit');
   child.send({ type: 'stop' });
   await exited;
-}
-
-async function call(client: OpenAI, kind: Kind): Promise<void> {
-  const messages = [{ role: 'user' as const, content: 'How long is a piece of string?' }];
-  if (kind === 'json') {
-    const answer = await client.chat.completions.create({ model: 'm', messages });
-    if (answer.choices[0]?.message.content?.length !== 16 * CHUNKS) throw new Error('a wrong answer');
-    return;
-  }
-  let chars = 0;
-  for await (const chunk of await client.chat.completions.create({ model: 'm', messages, stream: true }))
-    chars += chunk.choices[0]?.delta.content?.length ?? 0;
-  if (chars !== 16 * CHUNKS) throw new Error('a wrong stream');
-}
-
-/** `total` calls, `CONCURRENCY` at a time; each call's latency. */
-async function load(client: OpenAI, kind: Kind, total: number): Promise<Sample> {
-  const latencies: number[] = [];
-  let next = 0;
-  const started = performance.now();
-  await Promise.all(
-    Array.from({ length: CONCURRENCY }, async () => {
-      while (next < total) {
-        next++;
-        const t = performance.now();
-        await call(client, kind);
-        latencies.push(performance.now() - t);
-      }
-    }),
-  );
-  return { latencies, ms: performance.now() - started, requests: total };
-}
-
-/**
- * `total` calls started at `rate` a second on a fixed schedule, at most `CONCURRENCY` in flight;
- * each latency counted from its scheduled start.
- */
-async function paced(client: OpenAI, kind: Kind, rate: number, total: number): Promise<Sample> {
-  const latencies: number[] = [];
-  const started = performance.now();
-  const gap = 1000 / rate;
-  let inFlight = 0;
-  let sent = 0;
-  let waiting: (() => void) | undefined;
-  const calls: Promise<void>[] = [];
-  while (sent < total) {
-    const due = started + sent * gap;
-    const ahead = due - performance.now();
-    if (ahead > 0.5) await new Promise((resolve) => setTimeout(resolve, ahead));
-    while (inFlight >= CONCURRENCY) await new Promise<void>((resolve) => (waiting = resolve));
-    inFlight++;
-    sent++;
-    calls.push(
-      call(client, kind).then(() => {
-        latencies.push(performance.now() - due);
-        inFlight--;
-        waiting?.();
-        waiting = undefined;
-      }),
-    );
-  }
-  await Promise.all(calls);
-  return { latencies, ms: performance.now() - started, requests: total };
 }
 
 const quantile = (values: number[], q: number) => {
@@ -204,7 +140,8 @@ async function main(): Promise<void> {
     ] as const;
     const turns = (r: number) => orders[r % orders.length]!;
     for (const kind of ['json', 'stream'] as const)
-      for (const mode of ['direct', 'gateway', 'bare'] as const) await load(clients[mode], kind, WARMUP);
+      for (const mode of ['direct', 'gateway', 'bare'] as const)
+        await load(clients[mode], kind, WARMUP, CONCURRENCY, CHUNKS);
     // The CPU time the gateway's process (and the bare proxy's) spent on its rounds, per kind:
     // what one request costs it, steadier than a latency on a shared machine.
     const cpuUs = { gateway: { json: 0, stream: 0 }, bare: { json: 0, stream: 0 } };
@@ -214,27 +151,30 @@ async function main(): Promise<void> {
       gateway: { gcs: 0, ms: 0, maxMs: 0 },
       bare: { gcs: 0, ms: 0, maxMs: 0 },
     };
-    let phase: 'saturated' | 'paced' = 'saturated';
-    const timed = async (mode: Mode, kind: Kind, run: () => Promise<Sample>): Promise<Sample> => {
-      if (mode === 'direct') return run();
-      const child = mode === 'gateway' ? server.child : bare.child;
-      const before = await useOf(child);
-      const sample = await run();
-      const after = await useOf(child);
-      cpuUs[mode][kind] += after.us - before.us;
-      if (phase === 'paced') {
+    // What the gateway's process and the bare proxy's used while `run` ran, added to `kind`'s
+    // CPU time (and, in the paced phase, to their GC pauses).
+    const timed = async <T>(modes: Mode[], kind: Kind, paced: boolean, run: () => Promise<T>): Promise<T> => {
+      const children = modes.flatMap((mode) =>
+        mode === 'direct' ? [] : [{ mode, child: mode === 'gateway' ? server.child : bare.child }],
+      );
+      const before = await Promise.all(children.map(({ child }) => useOf(child)));
+      const result = await run();
+      const after = await Promise.all(children.map(({ child }) => useOf(child)));
+      children.forEach(({ mode }, i) => {
+        cpuUs[mode][kind] += after[i]!.us - before[i]!.us;
+        if (!paced) return;
         const gc = pacedGc[mode];
-        gc.gcs += after.gcs - before.gcs;
-        gc.ms += after.gcMs - before.gcMs;
-        gc.maxMs = Math.max(gc.maxMs, after.gcMaxMs);
-      }
-      return sample;
+        gc.gcs += after[i]!.gcs - before[i]!.gcs;
+        gc.ms += after[i]!.gcMs - before[i]!.gcMs;
+        gc.maxMs = Math.max(gc.maxMs, after[i]!.gcMaxMs);
+      });
+      return result;
     };
     for (let r = 0; r < ROUNDS; r++)
       for (const kind of ['json', 'stream'] as const)
         for (const mode of turns(r))
           saturated[`${mode}_${kind}`].push(
-            await timed(mode, kind, () => load(clients[mode], kind, PER_ROUND)),
+            await timed([mode], kind, false, () => load(clients[mode], kind, PER_ROUND, CONCURRENCY, CHUNKS)),
           );
 
     const figures = (all: Sample[]) => {
@@ -247,19 +187,28 @@ async function main(): Promise<void> {
       Key,
       ReturnType<typeof figures>
     >;
-    // Half the slower side's saturated rate (or --pace): neither side is overloaded, so a
-    // latency is the work of a call and not the queue for a core.
+    // Half the slower side's saturated rate (or --pace), shared by the three sides call by call
+    // (a third each): no side is overloaded, so a latency is the work of a call and not the
+    // queue for a core, and a pause of the machine falls on every side alike.
     const rates = {
       json: PACE * Math.min(sat.direct_json.rps, sat.gateway_json.rps),
       stream: PACE * Math.min(sat.direct_stream.rps, sat.gateway_stream.rps),
     };
-    phase = 'paced';
     for (let r = 0; r < ROUNDS; r++)
-      for (const kind of ['json', 'stream'] as const)
-        for (const mode of turns(r))
-          pacedSamples[`${mode}_${kind}`].push(
-            await timed(mode, kind, () => paced(clients[mode], kind, rates[kind], PER_ROUND)),
-          );
+      for (const kind of ['json', 'stream'] as const) {
+        const order = turns(r);
+        const round = await timed([...order], kind, true, () =>
+          interleaved(
+            order.map((side) => ({ side, client: clients[side] })),
+            kind,
+            rates[kind],
+            PER_ROUND,
+            CONCURRENCY,
+            CHUNKS,
+          ),
+        );
+        for (const mode of order) pacedSamples[`${mode}_${kind}`].push(round[mode]);
+      }
     const pace = Object.fromEntries(keys.map((k) => [k, figures(pacedSamples[k])])) as Record<
       Key,
       ReturnType<typeof figures>
@@ -271,7 +220,10 @@ async function main(): Promise<void> {
     console.log('                         p50 ms   p99 ms   requests/s');
     for (const [phase, table] of [
       [`saturated, ${CONCURRENCY} at once`, sat],
-      [`paced (json ${rates.json.toFixed(0)}/s, stream ${rates.stream.toFixed(0)}/s)`, pace],
+      [
+        `paced, the sides call by call (json ${rates.json.toFixed(0)}/s, stream ${rates.stream.toFixed(0)}/s in all)`,
+        pace,
+      ],
     ] as const) {
       console.log(phase);
       for (const [name, v] of Object.entries(table))
