@@ -1,9 +1,10 @@
 /**
  * Sluice against the job queues a team would otherwise build on, in one run on one PostgreSQL
  * 15: a Fastify route calling graphile-worker's `addJob` or pg-boss's `send`, and their workers
- * calling the model. Each system's server runs in a process of its own, the load generator
- * (autocannon) in another, the model provider (the testkit's stand-in) in a third; every
- * system gets a fresh database per measure, and 16 queue workers.
+ * calling the model. Each system's server runs in a process of its own (Sluice's on the
+ * packages' build, as users run it), the load generator (autocannon) in another, the model
+ * provider (the testkit's stand-in) in a third; every system gets a fresh database per
+ * measure, and 16 queue workers.
  *
  *   - enqueue: POSTs that queue a run (Sluice: a deferred run, tenant caps on), 32 and 256
  *     clients, requests/s and p50/p99, the workers held by a stalled model;
@@ -35,6 +36,7 @@
  */
 import { loadavg } from 'node:os';
 import pg from 'pg';
+import { buildPackages } from '../scripts/build-packages.js';
 import { serverOf } from '../scripts/postgres-config.js';
 // @ts-expect-error plain ESM script without types
 import { ensurePostgres } from '../scripts/postgres.mjs';
@@ -81,6 +83,8 @@ const tenants = Array.from({ length: 8 }, (_, i) => `tenant-${i}`);
 const skewedTenants = tenants.slice(0, 8);
 const skewed = skewedTenants.slice(1).flatMap((t) => [...Array<string>(7).fill('tenant-0'), t]);
 
+// The processes measured run the packages' build, as users run them (queues/child.ts).
+buildPackages();
 const url = (await ensurePostgres()) as string | undefined;
 if (!url) throw new Error('No PostgreSQL server found or startable');
 const { server, database } = serverOf(url);

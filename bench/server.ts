@@ -9,8 +9,8 @@
  * Store: embedded PGlite, and PostgreSQL too when one can be found or started. For each store the
  * bare route, the admitted run and the refusal take turns in rounds of 500 ms, and each ratio is
  * taken against the bare route's rounds beside it, so a shared machine's changes in load fall on
- * both sides alike. The servers run in a process of their own (bench/server/target.ts); this
- * process is the load generator.
+ * both sides alike. The servers run in a process of their own (bench/server/target.ts), on the
+ * packages' build as users run them; this process is the load generator.
  * Run: npm run bench:server   (-- --quick; -- --smoke, the shortest). The last line of output is one line of JSON:
  * admitted_vs_bare and refused_vs_bare are requests/s as a fraction of the bare route's, on
  * PostgreSQL (pglite_* the same on PGlite).
@@ -18,6 +18,7 @@
 import { loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
+import { buildPackages } from '../scripts/build-packages.js';
 import { serverOf, urlOf } from '../scripts/postgres-config.js';
 // @ts-expect-error plain ESM script without types
 import { ensurePostgres } from '../scripts/postgres.mjs';
@@ -75,6 +76,8 @@ const startTarget = async (mode: 'admission' | 'isolation', databaseUrl: string)
 };
 
 const stores: { name: string; databaseUrl: string }[] = [{ name: 'PGlite', databaseUrl: '' }];
+// The processes measured run the packages' build, as users run them (queues/child.ts).
+buildPackages();
 const url = (await ensurePostgres()) as string | undefined;
 if (url) {
   const admin = new pg.Client({ connectionString: url });

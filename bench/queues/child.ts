@@ -6,6 +6,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
+import { buildEnv } from '../../scripts/build-packages.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -22,7 +23,13 @@ export interface Child {
   kill(): Promise<void>;
 }
 
-/** Starts `script` (a path under bench/) in its own Node process on the workspace sources. */
+/**
+ * Starts `script` (a path under bench/) in its own Node process. The process runs the packages'
+ * build (dist/), as users run them: without the source condition `sluice` and `@sluice/server`
+ * resolve to their build, and tsx only loads the script's own few lines (its transform of the
+ * sources wraps every named function as it is created, work no user's server does). The bench
+ * brings the build up to date first (scripts/build-packages.ts).
+ */
 export function startChild(script: string, options: Record<string, unknown>): Child {
   // BENCH_CPU_PROF_DIR=dir: each process writes a CPU profile there when it exits (node --cpu-prof).
   const profile = process.env.BENCH_CPU_PROF_DIR
@@ -30,16 +37,10 @@ export function startChild(script: string, options: Record<string, unknown>): Ch
     : [];
   const child = spawn(
     process.execPath,
-    [
-      ...profile,
-      '--conditions=@sluice/source',
-      '--import',
-      'tsx',
-      fileURLToPath(new URL(script, import.meta.url)),
-    ],
+    [...profile, '--import', 'tsx', fileURLToPath(new URL(script, import.meta.url))],
     {
       cwd: root,
-      env: { ...process.env, BENCH_CHILD_OPTIONS: JSON.stringify(options) },
+      env: buildEnv({ BENCH_CHILD_OPTIONS: JSON.stringify(options) }),
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     },
   );
