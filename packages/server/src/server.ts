@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { createApp, type AppOptions, type ServerApp } from './app.js';
-import { ConcurrencyConfigError } from 'sluice';
+import { ConcurrencyConfigError, loadProviderCode } from 'sluice';
 import { ConfigLoadError, type SluiceConfig } from './config.js';
 import { perProcessWarning, settingsOfConfig } from './cache/open.js';
 import { demoConfig } from './demo-config.js';
@@ -110,6 +110,8 @@ export async function serve(options: ServeOptions = {}): Promise<RunningServer> 
       checkCallbackUrl: options.checkCallbackUrl,
       storeRunEvents: options.storeRunEvents,
     });
+    // The provider code of the agents' models, loaded before the first run instead of by it.
+    await loadProviderCode(Object.values(config.agents).map((agent) => agent.modelApi));
     const perProcess = perProcessWarning(app.cache, Boolean(databaseUrl));
     if (perProcess) app.fastify.log.warn(perProcess);
     const address = await app.fastify.listen({

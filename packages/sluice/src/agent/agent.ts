@@ -74,6 +74,11 @@ export class Agent<W extends string = never> {
     return limiter.validateWorkload ? limiter.validateWorkload(workload) : (workload as W);
   }
 
+  /** The API of the agent's model (`'openai-completions'`, `'anthropic-messages'`, ...): a server loads its provider code when it starts. */
+  get modelApi(): string {
+    return this.#model.api;
+  }
+
   /** What the agent's model reads (`'text'`, and `'image'` when it takes images): a server checks a run's input against it. */
   get modelInput(): readonly ('text' | 'image')[] {
     return this.#model.input;

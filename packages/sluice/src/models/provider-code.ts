@@ -1,0 +1,29 @@
+import type { Api } from '@mariozechner/pi-ai';
+
+/**
+ * pi-ai loads each API's provider module (and the SDK behind it) the first time a request of
+ * that API is made, so the first model requests after a start wait for it: about 100 ms on an
+ * idle machine, several times that on a busy one. These import the same modules ahead of time;
+ * pi-ai's own import then finds them loaded.
+ */
+const providerModules: Partial<Record<Api, () => Promise<unknown>>> = {
+  'openai-completions': () => import('@mariozechner/pi-ai/openai-completions'),
+  'openai-responses': () => import('@mariozechner/pi-ai/openai-responses'),
+  'azure-openai-responses': () => import('@mariozechner/pi-ai/azure-openai-responses'),
+  'openai-codex-responses': () => import('@mariozechner/pi-ai/openai-codex-responses'),
+  'anthropic-messages': () => import('@mariozechner/pi-ai/anthropic'),
+  'google-generative-ai': () => import('@mariozechner/pi-ai/google'),
+  'google-vertex': () => import('@mariozechner/pi-ai/google-vertex'),
+  'mistral-conversations': () => import('@mariozechner/pi-ai/mistral'),
+};
+
+/**
+ * Loads the provider code of these model APIs now rather than at their first request (a server
+ * does it before it listens). Answers the APIs loaded; an API pi-ai has no module of its own for
+ * (a custom one, or Bedrock's, loaded by pi-ai itself) is left as it is.
+ */
+export async function loadProviderCode(apis: Iterable<string>): Promise<string[]> {
+  const known = [...new Set(apis)].filter((api): api is Api => Object.hasOwn(providerModules, api));
+  await Promise.all(known.map((api) => providerModules[api]!()));
+  return known;
+}
