@@ -19,11 +19,20 @@ const providerModules: Partial<Record<Api, () => Promise<unknown>>> = {
 
 /**
  * Loads the provider code of these model APIs now rather than at their first request (a server
- * does it before it listens). Answers the APIs loaded; an API pi-ai has no module of its own for
- * (a custom one, or Bedrock's, loaded by pi-ai itself) is left as it is.
+ * does it before it listens). Answers the APIs loaded. An API pi-ai has no module of its own for
+ * (a custom one, or Bedrock's, loaded by pi-ai itself) is left as it is, and so is one whose
+ * module fails to load (an SDK missing from the install, say): its first request fails as it
+ * would have without this, with pi-ai's error, and the start goes on.
  */
 export async function loadProviderCode(apis: Iterable<string>): Promise<string[]> {
   const known = [...new Set(apis)].filter((api): api is Api => Object.hasOwn(providerModules, api));
-  await Promise.all(known.map((api) => providerModules[api]!()));
-  return known;
+  const loaded = await Promise.all(
+    known.map((api) =>
+      providerModules[api]!().then(
+        () => api,
+        () => undefined,
+      ),
+    ),
+  );
+  return loaded.filter((api) => api !== undefined);
 }
