@@ -16,19 +16,21 @@
  *   (every process of the run shares two), so they are printed but are not the added latency.
  * - paced: calls started on one fixed schedule at half the slower side's saturated rate in all,
  *   the three sides taking the calls in turn, call by call (a third each; at most 64 in flight
- *   per side; a call held back by that cap is timed from its scheduled start, so a slow side
- *   cannot hide its delay); gives the added latency, p50 and p99 (gateway minus direct, ms), and
- *   the time added per streamed chunk (the streamed added p50 less the non-streamed one, over
- *   the chunks of a stream, in µs): what a caller of a gateway that is not overloaded pays.
- *   Until 2026-12-04 this phase too ran in rounds of one side at a time; a pause of the shared
- *   machine then fell on whichever side's round was running, and decided every side's p99 (the
- *   bare proxy's own added p99 went from -2 to 50 ms between runs). Call by call, a pause falls
- *   on all three alike, and what is left of a side's tail is its own.
+ *   per side; a call due while its side is at that cap waits in that side's own line, timed
+ *   from its scheduled start, so a slow side can neither hide its delay nor hold back the
+ *   others; `paced_held_by_cap` counts them). Gives the added latency, p50 and p99 (gateway
+ *   minus direct, ms), and the time added per streamed chunk (the streamed added p50 less the
+ *   non-streamed one, over the chunks of a stream, in µs): what a caller of a gateway that is
+ *   not overloaded pays. Until 2026-12-04 this phase ran in rounds of one side at a time, each
+ *   side at the whole rate; a pause of the shared machine then fell on whichever side's round
+ *   was running, and decided every side's p99 (the bare proxy's own added p99 went from -2 to
+ *   50 ms between runs). Call by call, a pause falls on all three alike, and what is left of a
+ *   side's tail is its own; each process now serves a third of the rate it served then.
  *
  * The children load the build (dist/), as users run it: the bench builds them first.
  *
- * Run: npm run bench:gateway   (-- --quick: the smallest setting; -- --pace F: the paced phase at
- * F times the slower side's saturated rate, in all, instead of 0.5; BENCH_CPU_PROF_DIR=dir: CPU profiles
+ * Run: npm run bench:gateway   (-- --quick: the smallest setting; -- --pace F: the paced phase
+ * at F times the slower side's saturated rate, in all, instead of 0.5; BENCH_CPU_PROF_DIR=dir: CPU profiles
  * of the server and the stand-in; BENCH_SERVER_NODE_FLAGS="...": node flags for the server and
  * the bare proxy). The last line of output is one line of JSON.
  */
@@ -194,6 +196,9 @@ async function main(): Promise<void> {
       json: PACE * Math.min(sat.direct_json.rps, sat.gateway_json.rps),
       stream: PACE * Math.min(sat.direct_stream.rps, sat.gateway_stream.rps),
     };
+    // Calls that came due while their side had CONCURRENCY in flight (they waited in its line,
+    // timed from when they were due): not 0 means some side fell behind the schedule.
+    let heldByCap = 0;
     for (let r = 0; r < ROUNDS; r++)
       for (const kind of ['json', 'stream'] as const) {
         const order = turns(r);
@@ -207,7 +212,8 @@ async function main(): Promise<void> {
             CHUNKS,
           ),
         );
-        for (const mode of order) pacedSamples[`${mode}_${kind}`].push(round[mode]);
+        for (const mode of order) pacedSamples[`${mode}_${kind}`].push(round.samples[mode]);
+        heldByCap += round.heldByCap;
       }
     const pace = Object.fromEntries(keys.map((k) => [k, figures(pacedSamples[k])])) as Record<
       Key,
@@ -221,7 +227,7 @@ async function main(): Promise<void> {
     for (const [phase, table] of [
       [`saturated, ${CONCURRENCY} at once`, sat],
       [
-        `paced, the sides call by call (json ${rates.json.toFixed(0)}/s, stream ${rates.stream.toFixed(0)}/s in all)`,
+        `paced, the sides call by call (json ${rates.json.toFixed(0)}/s, stream ${rates.stream.toFixed(0)}/s in all, a third each; ${heldByCap} calls waited for their side's cap)`,
         pace,
       ],
     ] as const) {
@@ -318,6 +324,9 @@ async function main(): Promise<void> {
         pace: PACE,
         paced_rate_json: round(rates.json, 0),
         paced_rate_stream: round(rates.stream, 0),
+        paced_rate_per_side_json: round(rates.json / 3, 0),
+        paced_rate_per_side_stream: round(rates.stream / 3, 0),
+        paced_held_by_cap: heldByCap,
         concurrency: CONCURRENCY,
         requests_per_side: 2 * ROUNDS * PER_ROUND,
         chunks_per_stream: CHUNKS,

@@ -56,9 +56,11 @@ export async function saturated(
  * `perSide` calls to each of `sides`, on one fixed schedule of `rate` calls a second in all, the
  * sides taking the calls in turn (call i goes to side i mod n). A pause of the machine, or of the
  * load generator, then falls on every side alike, where in rounds of one side at a time it falls
- * on whichever side is running. Each side has at most `concurrency` calls in flight; a call held
- * back by that cap is timed from its scheduled start (a slow side cannot hide its delay, and it
- * holds back the schedule for all). Each call's latency is counted from its scheduled start.
+ * on whichever side is running. Each side has at most `concurrency` calls in flight: a call due
+ * while its side is at that cap waits in its side's own line and starts when one of that side's
+ * calls ends, so a slow side never holds back the schedule of the others. Each call's latency is
+ * counted from its scheduled time, so a side cannot hide its delay either. `heldByCap` counts the
+ * calls that waited for their side's cap.
  */
 export async function interleaved<Side extends string>(
   sides: readonly { side: Side; client: OpenAI }[],
@@ -67,33 +69,43 @@ export async function interleaved<Side extends string>(
   perSide: number,
   concurrency: number,
   chunks: number,
-): Promise<Record<Side, Sample>> {
+): Promise<{ samples: Record<Side, Sample>; heldByCap: number }> {
   const latencies = sides.map(() => [] as number[]);
   const inFlight = sides.map(() => 0);
-  const waiting: ((() => void) | undefined)[] = sides.map(() => undefined);
-  const started = performance.now();
-  const gap = 1000 / rate;
-  const total = perSide * sides.length;
+  const held = sides.map(() => [] as number[]);
+  let heldByCap = 0;
   const calls: Promise<void>[] = [];
-  for (let sent = 0; sent < total; sent++) {
-    const due = started + sent * gap;
-    const ahead = due - performance.now();
-    if (ahead > 0.5) await new Promise((resolve) => setTimeout(resolve, ahead));
-    const i = sent % sides.length;
-    while (inFlight[i]! >= concurrency) await new Promise<void>((resolve) => (waiting[i] = resolve));
+  const begin = (i: number, due: number) => {
     inFlight[i]!++;
     calls.push(
       call(sides[i]!.client, kind, chunks).then(() => {
         latencies[i]!.push(performance.now() - due);
         inFlight[i]!--;
-        waiting[i]?.();
-        waiting[i] = undefined;
+        const next = held[i]!.shift();
+        if (next !== undefined) begin(i, next);
       }),
     );
+  };
+  const started = performance.now();
+  const gap = 1000 / rate;
+  const total = perSide * sides.length;
+  for (let sent = 0; sent < total; sent++) {
+    const due = started + sent * gap;
+    const ahead = due - performance.now();
+    if (ahead > 0.5) await new Promise((resolve) => setTimeout(resolve, ahead));
+    const i = sent % sides.length;
+    if (inFlight[i]! < concurrency) begin(i, due);
+    else {
+      heldByCap++;
+      held[i]!.push(due);
+    }
   }
-  await Promise.all(calls);
+  // Calls started from a side's line are pushed to `calls` as earlier ones end: wait until
+  // every call of every side has ended.
+  while (calls.length > 0) await Promise.all(calls.splice(0));
   const ms = performance.now() - started;
-  return Object.fromEntries(
+  const samples = Object.fromEntries(
     sides.map(({ side }, i) => [side, { latencies: latencies[i]!, ms, requests: perSide }]),
   ) as Record<Side, Sample>;
+  return { samples, heldByCap };
 }

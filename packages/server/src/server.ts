@@ -111,7 +111,14 @@ export async function serve(options: ServeOptions = {}): Promise<RunningServer> 
       storeRunEvents: options.storeRunEvents,
     });
     // The provider code of the agents' models, loaded before the first run instead of by it.
-    await loadProviderCode(Object.values(config.agents).map((agent) => agent.modelApi));
+    const providerCode = await loadProviderCode(Object.values(config.agents).map((agent) => agent.modelApi));
+    for (const { api, error } of providerCode.failed)
+      app.fastify.log.warn(
+        { api, error: String(error) },
+        "a model API's provider code did not load; its first request will fail with this error",
+      );
+    // A start aborted meanwhile binds no port.
+    options.signal?.throwIfAborted();
     const perProcess = perProcessWarning(app.cache, Boolean(databaseUrl));
     if (perProcess) app.fastify.log.warn(perProcess);
     const address = await app.fastify.listen({

@@ -62,4 +62,4 @@ export type {
   JsonSchema,
 } from './agent/tool.js';
 export type { Credential, ModelSpec } from './models/model.js';
-export { loadProviderCode } from './models/provider-code.js';
+export { loadProviderCode, type ProviderCodeLoaded } from './models/provider-code.js';

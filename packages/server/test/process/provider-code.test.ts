@@ -16,7 +16,11 @@ const { NODE_OPTIONS: _, ...env } = process.env;
  * Starts a server (embedded PGlite) whose agents use `apis`, in a fresh process that logs every
  * module it loads; answers which of pi-ai's provider modules were loaded when `serve()` resolved.
  */
-function providerModulesAtReady(apis: string[], name: string): string[] {
+function providerModulesAtReady(
+  apis: string[],
+  name: string,
+  fail?: string,
+): { loaded: string[]; failedAgain: string[] } {
   const log = join(dir, `${name}.log`);
   const agents = apis
     .map(
@@ -26,7 +30,7 @@ function providerModulesAtReady(apis: string[], name: string): string[] {
     .join(', ');
   const code = `
     import { readFileSync } from 'node:fs';
-    import { createAgent } from 'sluice';
+    import { createAgent, loadProviderCode } from 'sluice';
     import { defineConfig, serve } from ${JSON.stringify(server)};
     const server = await serve({
       config: defineConfig({ agents: { ${agents} } }),
@@ -35,7 +39,9 @@ function providerModulesAtReady(apis: string[], name: string): string[] {
     const loaded = readFileSync(${JSON.stringify(log)}, 'utf8').split('\\n')
       .filter((url) => /pi-ai\\/dist\\/providers\\//.test(url))
       .map((url) => url.replace(/.*\\/providers\\//, ''));
-    console.log(JSON.stringify(loaded));
+    // What a second try finds: a module that failed to load is still missing.
+    const again = await loadProviderCode(${JSON.stringify(apis)});
+    console.log(JSON.stringify({ loaded, failedAgain: again.failed.map((f) => f.api) }));
     await server.close();`;
   const out = spawnSync(
     process.execPath,
@@ -49,19 +55,39 @@ function providerModulesAtReady(apis: string[], name: string): string[] {
       '-e',
       code,
     ],
-    { encoding: 'utf8', env: { ...env, MODULE_LOG: log }, timeout: 60_000 },
+    {
+      encoding: 'utf8',
+      env: { ...env, MODULE_LOG: log, ...(fail ? { MODULE_FAIL: fail } : {}) },
+      timeout: 60_000,
+    },
   );
   expect(out.stderr).not.toMatch(/Error/);
   expect(out.status).toBe(0);
-  return JSON.parse(out.stdout.trim().split('\n').at(-1)!) as string[];
+  return JSON.parse(out.stdout.trim().split('\n').at(-1)!) as { loaded: string[]; failedAgain: string[] };
 }
 
 describe('a started server has the provider code of its agents loaded', () => {
   it('loads the module of each API its agents use before serve() resolves, and no other', () => {
-    const loaded = providerModulesAtReady(['openai-completions', 'anthropic-messages'], 'two');
+    const { loaded, failedAgain } = providerModulesAtReady(
+      ['openai-completions', 'anthropic-messages'],
+      'two',
+    );
+    expect(failedAgain).toEqual([]);
     expect(loaded).toContain('openai-completions.js');
     expect(loaded).toContain('anthropic.js');
     // Only what the agents use: a server of OpenAI agents does not load Google's or Mistral's SDK.
     expect(loaded.filter((m) => /google|mistral|bedrock/.test(m))).toEqual([]);
+  });
+
+  it('starts when a module fails to load, and leaves that API to fail at its first request', () => {
+    // Anthropic's SDK missing from the install: the start goes on, and that API's module is
+    // still not loaded after it (pi-ai's own import at the first request fails the same way).
+    const { loaded, failedAgain } = providerModulesAtReady(
+      ['openai-completions', 'anthropic-messages'],
+      'failing',
+      'anthropic-ai/sdk',
+    );
+    expect(loaded).toContain('openai-completions.js');
+    expect(failedAgain).toEqual(['anthropic-messages']);
   });
 });

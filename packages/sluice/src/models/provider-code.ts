@@ -17,22 +17,31 @@ const providerModules: Partial<Record<Api, () => Promise<unknown>>> = {
   'mistral-conversations': () => import('@mariozechner/pi-ai/mistral'),
 };
 
+/** What {@link loadProviderCode} did: the APIs whose module it loaded, and those whose module failed to load. */
+export interface ProviderCodeLoaded {
+  loaded: string[];
+  failed: { api: string; error: unknown }[];
+}
+
 /**
  * Loads the provider code of these model APIs now rather than at their first request (a server
- * does it before it listens). Answers the APIs loaded. An API pi-ai has no module of its own for
- * (a custom one, or Bedrock's, loaded by pi-ai itself) is left as it is, and so is one whose
- * module fails to load (an SDK missing from the install, say): its first request fails as it
- * would have without this, with pi-ai's error, and the start goes on.
+ * does it before it listens). An API pi-ai has no module of its own for (a custom one, or
+ * Bedrock's, loaded by pi-ai itself) is left as it is, and so is one whose module fails to load
+ * (an SDK missing from the install, say): it is answered in `failed`, and its first request
+ * fails as it would have without this, with pi-ai's error.
  */
-export async function loadProviderCode(apis: Iterable<string>): Promise<string[]> {
+export async function loadProviderCode(apis: Iterable<string>): Promise<ProviderCodeLoaded> {
   const known = [...new Set(apis)].filter((api): api is Api => Object.hasOwn(providerModules, api));
-  const loaded = await Promise.all(
+  const result: ProviderCodeLoaded = { loaded: [], failed: [] };
+  await Promise.all(
     known.map((api) =>
       providerModules[api]!().then(
-        () => api,
-        () => undefined,
+        () => void result.loaded.push(api),
+        (error: unknown) => void result.failed.push({ api, error }),
       ),
     ),
   );
-  return loaded.filter((api) => api !== undefined);
+  // In the order asked, whatever order the imports ended in.
+  result.loaded.sort((a, b) => known.indexOf(a as Api) - known.indexOf(b as Api));
+  return result;
 }

@@ -13,7 +13,7 @@ describe('loadProviderCode', () => {
         'my-own-api',
         '__proto__',
       ]),
-    ).toEqual(['openai-completions', 'anthropic-messages']);
-    expect(await loadProviderCode([])).toEqual([]);
+    ).toEqual({ loaded: ['openai-completions', 'anthropic-messages'], failed: [] });
+    expect(await loadProviderCode([])).toEqual({ loaded: [], failed: [] });
   });
 });
