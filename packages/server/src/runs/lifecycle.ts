@@ -56,8 +56,9 @@ export * from './birth.js';
  * What the database does on a move (triggers on agent_runs, in the migrations under sql/;
  * test/schema/snapshot.test.ts checks that this list names every trigger there is):
  *
- *   agent_runs_ended (005)                    live -> final: NOTIFY sluice_runs 'end:<id>', which
- *                                             wakes waiting callers
+ *   agent_runs_ended (005, 035)               live -> final, watched (a process waits for it
+ *                                             or reads its stream: runs/watching.ts): NOTIFY
+ *                                             sluice_runs 'end:<id>', which wakes waiting callers
  *   agent_runs_queue_callback (010, 031)      live -> final, with a callback_url: one
  *                                             callback_deliveries row (one per run, ever), and
  *                                             NOTIFY 'callback:<id>' when it wrote one, which
@@ -77,7 +78,7 @@ export * from './birth.js';
  * On each final state those do the same, and the counters depend on the state left:
  *
  *                      succeeded                failed                   canceled
- *   end:<id>           yes                      yes                      yes
+ *   end:<id>           yes, when watched        yes, when watched        yes, when watched
  *   callback row       yes (callback_url)       yes (callback_url)       yes (callback_url)
  *   thread             freed; finishRun has     freed, nothing appended  freed, nothing appended
  *                      appended the messages

@@ -1,6 +1,8 @@
 import type { Database } from '@sluice/postgres/database';
 import type { RunEvents } from './events.js';
+import { isFinal } from './states.js';
 import { endedAmong } from './store.js';
+import { watchRun } from './watching.js';
 
 const THREAD = 'thread:';
 const threadKey = (threadId: string) => `${THREAD}${threadId}`;
@@ -16,6 +18,10 @@ interface Waiter {
  * run ending here wakes its waiters directly, one ending elsewhere through NOTIFY, and one
  * shared query looks at every waited run now and then in case a notification was missed (the
  * only query, whatever the number of waiters). A waiter leaves when its client disconnects.
+ *
+ * Only the ends of watched runs are announced (sql/035_watched_runs.sql): the first waiter of a
+ * run on this process marks it (runs/watching.ts), and is woken at once when the mark finds
+ * the run ended already.
  */
 export class RunWaiters {
   readonly #db: Database;
@@ -63,10 +69,22 @@ export class RunWaiters {
       timing.timer = setTimeout(() => waiter.resolve('timeout'), options.timeoutMs);
       options.signal?.addEventListener('abort', onAbort, { once: true });
       let set = this.#waiting.get(id);
+      const first = !set;
       if (!set) this.#waiting.set(id, (set = new Set()));
       set.add(waiter);
+      if (first && !id.startsWith(THREAD)) void this.#watch(id);
       this.#schedulePoll();
     });
+  }
+
+  /** Marks the run watched; wakes its waiters when the mark finds it ended. */
+  async #watch(id: string): Promise<void> {
+    try {
+      const status = await watchRun(this.#db, id);
+      if (status !== undefined && isFinal(status)) this.ended(id);
+    } catch {
+      // The database is away: the shared look finds the end.
+    }
   }
 
   /**

@@ -2,6 +2,7 @@ import type { SqlClient } from '@sluice/postgres/database';
 import type { Clock } from 'sluice/concurrency';
 import { isSettled, isFinal } from '../runs/states.js';
 import { getRun, toApiRun, type RunRow } from '../runs/store.js';
+import { watchRun } from '../runs/watching.js';
 import { expand, type StreamEvent } from './codec.js';
 import type { EventFeed } from './feed.js';
 import { isLastEvent, lacksLastEvent, lastEventOf } from './names.js';
@@ -13,6 +14,11 @@ export interface FollowDeps {
   clock: Clock;
   /** How long a reader waits for news before it looks anyway. */
   pollMs: () => number;
+  /**
+   * How long the first wait after the reader marked the run watched lasts at most: a flush that
+   * began before the mark committed announces nothing, and may land after the first read.
+   */
+  firstPollMs: number;
   /**
    * How long after a run settled its stream may still lack its last event (or have a gap)
    * before the reader stops waiting for it: a run canceled while queued, or ended by a
@@ -27,6 +33,9 @@ export interface FollowDeps {
  * process may land after a later one). The last event of a run that settled without one
  * stored is made from its row, under the id after its newest stored event: every reader,
  * on every process, makes the same one.
+ *
+ * The reader first marks the run watched (runs/watching.ts), so that the process executing
+ * it announces its events and its end by NOTIFY.
  */
 export async function* followRun(
   deps: FollowDeps,
@@ -37,6 +46,9 @@ export async function* followRun(
 ): AsyncGenerator<StreamEvent> {
   let cursor = after;
   let settledAt: number | undefined;
+  // The database is away when the mark fails: the read below says so.
+  await watchRun(deps.db, runId).catch(() => undefined);
+  let pollMs = deps.firstPollMs;
   while (!signal.aborted) {
     // The row first: a run seen final has all its events but the last one stored already
     // (the executor flushes them before it writes the end).
@@ -66,7 +78,8 @@ export async function* followRun(
       }
     }
     const left = settledAt === undefined ? Infinity : settledAt + deps.graceMs - deps.clock.now();
-    await deps.feed.next(runId, Math.max(1, Math.min(deps.pollMs(), left)), signal);
+    await deps.feed.next(runId, Math.max(1, Math.min(pollMs, deps.pollMs(), left)), signal);
+    pollMs = Infinity;
   }
 }
 

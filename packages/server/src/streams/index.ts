@@ -120,6 +120,7 @@ export class RunStreams {
         feed: this.#feed,
         clock: this.#clock,
         pollMs: () => (this.#events.listening ? tuning.streamPollMs : tuning.streamPollUnheardMs),
+        firstPollMs: tuning.streamPollUnheardMs,
         graceMs: tuning.streamGraceMs,
       },
       tenant,

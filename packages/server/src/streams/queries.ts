@@ -23,10 +23,12 @@ export function eventsJson(rows: readonly EventRow[]): string {
 
 /**
  * Writes what a process has gathered since its last flush, for every run it executes, in one
- * statement: a row per run and flush. Each run that got rows is told on `sluice_runs`
- * ('events:<id>'), so readers on other processes look now; NOTIFY is sent at commit and works
- * through a transaction pooler, where LISTEN may not (readers poll too). A row written before
- * (a flush retried after a lost answer) is kept as it was.
+ * statement: a row per run and flush. Each watched run that got rows (a reader marked it:
+ * streams/follow.ts) is told on `sluice_runs` ('events:<id>'), so readers on other processes
+ * look now; NOTIFY is sent at commit and works through a transaction pooler, where LISTEN may
+ * not (readers poll too). A flush of runs nobody reads notifies nothing, so it does not queue
+ * behind the commit lock of NOTIFY (sql/035_watched_runs.sql). A row written before (a flush
+ * retried after a lost answer) is kept as it was.
  */
 export async function insertEvents(db: SqlClient, rows: EventRow[]): Promise<void> {
   await db.query(
@@ -35,7 +37,8 @@ export async function insertEvents(db: SqlClient, rows: EventRow[]): Promise<voi
        SELECT r.run_id, r.seq, r.events FROM jsonb_to_recordset($1::jsonb) AS r(run_id text, seq int, events jsonb)
        ON CONFLICT DO NOTHING
        RETURNING run_id)
-     SELECT pg_notify('sluice_runs', 'events:' || run_id) FROM (SELECT DISTINCT run_id FROM written) AS w`),
+     SELECT pg_notify('sluice_runs', 'events:' || w.run_id) FROM (SELECT DISTINCT run_id FROM written) AS w
+     WHERE EXISTS (SELECT 1 FROM agent_runs r WHERE r.id = w.run_id AND r.watched)`),
     [eventsJson(rows)],
   );
 }

@@ -130,6 +130,7 @@ CREATE TABLE public.agent_runs (
     required_action jsonb,
     paused_state jsonb,
     approvals jsonb,
+    watched boolean DEFAULT false NOT NULL,
     CONSTRAINT agent_runs_mode_check CHECK ((mode = ANY (ARRAY['inline'::text, 'queued'::text]))),
     CONSTRAINT agent_runs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'requires_action'::text, 'succeeded'::text, 'failed'::text, 'canceled'::text])))
 );
@@ -962,7 +963,7 @@ CREATE TRIGGER agent_runs_admission_update AFTER UPDATE OF status ON public.agen
 -- Name: agent_runs agent_runs_ended; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER agent_runs_ended AFTER UPDATE OF status ON public.agent_runs FOR EACH ROW WHEN (((new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'canceled'::text])) AND (old.status <> ALL (ARRAY['succeeded'::text, 'failed'::text, 'canceled'::text])))) EXECUTE FUNCTION public.sluice_run_ended();
+CREATE TRIGGER agent_runs_ended AFTER UPDATE OF status ON public.agent_runs FOR EACH ROW WHEN (((new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'canceled'::text])) AND (old.status <> ALL (ARRAY['succeeded'::text, 'failed'::text, 'canceled'::text])) AND new.watched)) EXECUTE FUNCTION public.sluice_run_ended();
 
 
 --
