@@ -7,23 +7,35 @@
 -- few hundred runs a second those commits queued behind that lock (bench:queues, 0 ms model).
 -- Most runs have nobody on another process waiting for them.
 --
--- `watched` is set by a process that begins to wait for a run or to read its stream
--- (runs/watching.ts), before it reads the row; from then on the end and the events of that
--- run are announced. An end committed before the mark is seen by the mark itself (it returns
--- the status), and one committed after it reads the marked row (an UPDATE reads the newest
--- version of the row it changes), so no waiter misses an end. A run executed by the process
--- its caller waits on (a held or inline run) needs no NOTIFY: the executor wakes its waiters.
+-- A process that begins to wait for a run, or to read its stream, writes a row here first
+-- (runs/watching.ts), then reads the run's status. The mark and the end of the run take the
+-- run's watch lock (an advisory lock: no row of agent_runs is locked, so a claim's SKIP LOCKED
+-- never passes over a queued run being marked), the mark alone, the end shared:
+--   - an end that took it first has committed before the mark goes on, and the status the
+--     mark reads next is final;
+--   - a mark that took it first has committed before the end looks here, and the end is
+--     announced (each statement of the trigger reads what committed before it began).
+-- The end takes the run's row out, so the table holds the runs being watched now.
 --
--- Not indexed: the mark is a HOT update in the usual case. Runs still going when this runs
--- are marked, so that callers of servers of the version before (which do not mark) still
--- hear of their ends.
-ALTER TABLE agent_runs ADD COLUMN IF NOT EXISTS watched boolean NOT NULL DEFAULT false;
+-- Runs admitted before this migration are announced as before, whoever waits for them (a
+-- server of the version before does not mark): their `seq` is at most the sequence's value
+-- now, written into the function below.
+CREATE TABLE IF NOT EXISTS run_watches (
+  run_id     text PRIMARY KEY,
+  watched_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
 
-UPDATE agent_runs SET watched = true
-WHERE status IN ('scheduled', 'queued', 'running', 'requires_action') AND NOT watched;
-
-DROP TRIGGER IF EXISTS agent_runs_ended ON agent_runs;
-CREATE TRIGGER agent_runs_ended AFTER UPDATE OF status ON agent_runs
-  FOR EACH ROW WHEN (NEW.status IN ('succeeded', 'failed', 'canceled') AND OLD.status NOT IN ('succeeded', 'failed', 'canceled')
-                     AND NEW.watched)
-  EXECUTE FUNCTION sluice_run_ended();
+DO $$
+BEGIN
+  EXECUTE format($f$
+    CREATE OR REPLACE FUNCTION sluice_run_ended() RETURNS trigger LANGUAGE plpgsql AS $b$
+    BEGIN
+      PERFORM pg_advisory_xact_lock_shared(hashtextextended('sluice:watch:' || NEW.id, 0));
+      DELETE FROM run_watches WHERE run_id = NEW.id;
+      IF FOUND OR NEW.seq <= %s THEN
+        PERFORM pg_notify('sluice_runs', 'end:' || NEW.id);
+      END IF;
+      RETURN NULL;
+    END $b$
+  $f$, (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM agent_runs_seq_seq));
+END $$;

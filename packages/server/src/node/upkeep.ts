@@ -10,6 +10,7 @@ import { tuning } from '../tuning.js';
 import { renewThreadLeases, threadLeaseMs } from '../threads/store.js';
 import { heartbeat, pruneNodes } from './nodes.js';
 import { pruneAdmissionFences } from '../runs/admission-settle.js';
+import { pruneWatches } from '../runs/watching.js';
 import { PromotionPasses } from './promotion.js';
 
 type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: object) => void;
@@ -89,6 +90,7 @@ export class NodeUpkeep {
     every(tuning.pruneNodesEveryMs, 'prune', async () => {
       await pruneNodes(this.db);
       await pruneAdmissionFences(this.db);
+      await pruneWatches(this.db);
     });
     every(tuning.admissionReconcileMs, 'reconcile', async () => {
       // A running count set lower makes room for that tenant's queued deferred runs.

@@ -11,11 +11,12 @@ const kinds = new Set<string>(['end', 'cancel', 'thread', 'token', 'events', 'ca
 const channel = 'sluice_runs';
 
 /**
- * One LISTEN session per process on the `sluice_runs` channel: 'end:<id>' when a run reaches a
- * final state (a trigger sends it, whatever SQL made the move) and 'cancel:<id>' when a cancel
- * is asked of a running run, 'thread:<id>' when a thread is given back, 'events:<id>' when a
- * flush wrote events of the run (src/streams/queries.ts), 'callback:<id>' when the outbox
- * queued a run's callback.
+ * One LISTEN session per process on the `sluice_runs` channel: 'end:<id>' when a watched run
+ * (one a process waits for or reads: runs/watching.ts) reaches a final state (a trigger sends
+ * it, whatever SQL made the move) or pauses, 'cancel:<id>' when a cancel is asked of a running
+ * run, 'thread:<id>' when a thread is given back, 'events:<id>' when a flush wrote events of a
+ * watched run (src/streams/queries.ts), 'callback:<id>' when the outbox queued a run's
+ * callback.
  * A lost session (a restarted database) is opened again with backoff, one attempt at a time;
  * meanwhile the shared polls of the waiters and the executor keep everything correct, only
  * slower.

@@ -56,9 +56,11 @@ export * from './birth.js';
  * What the database does on a move (triggers on agent_runs, in the migrations under sql/;
  * test/schema/snapshot.test.ts checks that this list names every trigger there is):
  *
- *   agent_runs_ended (005, 035)               live -> final, watched (a process waits for it
- *                                             or reads its stream: runs/watching.ts): NOTIFY
- *                                             sluice_runs 'end:<id>', which wakes waiting callers
+ *   agent_runs_ended (005, 035)               live -> final: takes the run's row out of
+ *                                             run_watches, and when it had one (a process waits
+ *                                             for it or reads its stream: runs/watching.ts) or
+ *                                             was admitted before 035, NOTIFY sluice_runs
+ *                                             'end:<id>', which wakes waiting callers
  *   agent_runs_queue_callback (010, 031)      live -> final, with a callback_url: one
  *                                             callback_deliveries row (one per run, ever), and
  *                                             NOTIFY 'callback:<id>' when it wrote one, which

@@ -1,6 +1,6 @@
 import type { Database } from '@sluice/postgres/database';
 import type { RunEvents } from './events.js';
-import { isFinal } from './states.js';
+import { isSettled } from './states.js';
 import { endedAmong } from './store.js';
 import { watchRun } from './watching.js';
 
@@ -21,12 +21,15 @@ interface Waiter {
  *
  * Only the ends of watched runs are announced (sql/035_watched_runs.sql): the first waiter of a
  * run on this process marks it (runs/watching.ts), and is woken at once when the mark finds
- * the run ended already.
+ * the run settled already. A mark that failed is tried again by the run's next waiter here.
  */
 export class RunWaiters {
   readonly #db: Database;
   readonly #events: RunEvents;
   readonly #waiting = new Map<string, Set<Waiter>>();
+  /** Runs waited on here whose mark is under way, and those whose mark failed. */
+  readonly #marking = new Set<string>();
+  readonly #unmarked = new Set<string>();
   readonly #pollMs: number;
   #poll: ReturnType<typeof setTimeout> | undefined;
   #polling = false;
@@ -62,7 +65,10 @@ export class RunWaiters {
           options.signal?.removeEventListener('abort', onAbort);
           const set = this.#waiting.get(id);
           set?.delete(waiter);
-          if (set?.size === 0) this.#waiting.delete(id);
+          if (set?.size === 0) {
+            this.#waiting.delete(id);
+            this.#unmarked.delete(id);
+          }
           resolve(result);
         },
       };
@@ -72,18 +78,24 @@ export class RunWaiters {
       const first = !set;
       if (!set) this.#waiting.set(id, (set = new Set()));
       set.add(waiter);
-      if (first && !id.startsWith(THREAD)) void this.#watch(id);
+      if ((first || this.#unmarked.has(id)) && !this.#marking.has(id) && !id.startsWith(THREAD))
+        void this.#watch(id);
       this.#schedulePoll();
     });
   }
 
-  /** Marks the run watched; wakes its waiters when the mark finds it ended. */
+  /** Marks the run watched; wakes its waiters when the mark finds it settled. */
   async #watch(id: string): Promise<void> {
+    this.#marking.add(id);
+    this.#unmarked.delete(id);
     try {
       const status = await watchRun(this.#db, id);
-      if (status !== undefined && isFinal(status)) this.ended(id);
+      if (status !== undefined && isSettled(status)) this.ended(id);
     } catch {
-      // The database is away: the shared look finds the end.
+      // The database is away: the shared look finds the end, and the next waiter marks again.
+      if (this.#waiting.has(id)) this.#unmarked.add(id);
+    } finally {
+      this.#marking.delete(id);
     }
   }
 

@@ -2,7 +2,7 @@ import type { SqlClient } from '@sluice/postgres/database';
 import type { Clock } from 'sluice/concurrency';
 import { isSettled, isFinal } from '../runs/states.js';
 import { getRun, toApiRun, type RunRow } from '../runs/store.js';
-import { watchRun } from '../runs/watching.js';
+import { markWatched } from '../runs/watching.js';
 import { expand, type StreamEvent } from './codec.js';
 import type { EventFeed } from './feed.js';
 import { isLastEvent, lacksLastEvent, lastEventOf } from './names.js';
@@ -15,8 +15,9 @@ export interface FollowDeps {
   /** How long a reader waits for news before it looks anyway. */
   pollMs: () => number;
   /**
-   * How long the first wait after the reader marked the run watched lasts at most: a flush that
-   * began before the mark committed announces nothing, and may land after the first read.
+   * How long each wait lasts at most for `firstPollMs` after the reader marked the run watched
+   * (one `pollMs` of the settings): a flush that began before the mark committed announces
+   * nothing, and may land after the reader's reads.
    */
   firstPollMs: number;
   /**
@@ -46,14 +47,20 @@ export async function* followRun(
 ): AsyncGenerator<StreamEvent> {
   let cursor = after;
   let settledAt: number | undefined;
-  // The database is away when the mark fails: the read below says so.
-  await watchRun(deps.db, runId).catch(() => undefined);
-  let pollMs = deps.firstPollMs;
+  // Until the run is marked watched (a run found final needs no mark: nothing more will come).
+  let shortUntil: number | undefined;
   while (!signal.aborted) {
     // The row first: a run seen final has all its events but the last one stored already
     // (the executor flushes them before it writes the end).
     let run = await getRun(deps.db, tenant, runId);
     if (!run) return;
+    if (shortUntil === undefined && !isFinal(run.status)) {
+      // The database is away when the mark fails: the reads say so.
+      await markWatched(deps.db, runId).catch(() => undefined);
+      shortUntil = deps.clock.now() + deps.pollMs();
+      // Read again after the mark: what came before it is there, what comes after is announced.
+      continue;
+    }
     const rows = await eventsAfter(deps.db, runId, cursor);
     // The end was stored after the row was read: read it again for the answer the end carries.
     if (!isFinal(run.status) && rows.some((row) => row.events.some(([name]) => endsWithAnswer(name)))) {
@@ -78,8 +85,11 @@ export async function* followRun(
       }
     }
     const left = settledAt === undefined ? Infinity : settledAt + deps.graceMs - deps.clock.now();
-    await deps.feed.next(runId, Math.max(1, Math.min(pollMs, deps.pollMs(), left)), signal);
-    pollMs = Infinity;
+    const pollMs =
+      shortUntil !== undefined && deps.clock.now() < shortUntil
+        ? Math.min(deps.firstPollMs, deps.pollMs())
+        : deps.pollMs();
+    await deps.feed.next(runId, Math.max(1, Math.min(pollMs, left)), signal);
   }
 }
 

@@ -38,7 +38,7 @@ export async function insertEvents(db: SqlClient, rows: EventRow[]): Promise<voi
        ON CONFLICT DO NOTHING
        RETURNING run_id)
      SELECT pg_notify('sluice_runs', 'events:' || w.run_id) FROM (SELECT DISTINCT run_id FROM written) AS w
-     WHERE EXISTS (SELECT 1 FROM agent_runs r WHERE r.id = w.run_id AND r.watched)`),
+     WHERE EXISTS (SELECT 1 FROM run_watches r WHERE r.run_id = w.run_id)`),
     [eventsJson(rows)],
   );
 }

@@ -1,14 +1,16 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { expect, it } from 'vitest';
 import { createAgent, tool } from 'sluice';
 import { startProviderStandIn, toolThenAnswer } from '@sluice/testkit';
+import { splitSqlStatements } from '@sluice/postgres/database';
 import { openStore, type Store } from '@sluice/server';
 import { RunEvents } from '../../src/runs/events.js';
 import { RunWaiters } from '../../src/runs/waiters.js';
-import { watchRun } from '../../src/runs/watching.js';
+import { claimDeferredRun } from '../../src/runs/claims.js';
+import { markWatched, watchRun } from '../../src/runs/watching.js';
 import { insertEvents } from '../../src/streams/queries.js';
 import { describeWith } from '../../../../scripts/service-suites.js';
 import { gate } from '../process/harness.js';
@@ -80,9 +82,13 @@ const end = (store: Store, id: string) =>
     [id],
   );
 
-const watched = async (store: Store, id: string) =>
-  (await store.db.query<{ watched: boolean }>('SELECT watched FROM agent_runs WHERE id = $1::text', [id]))
-    .rows[0]!.watched;
+const watched = async (db: { query: Store['db']['query'] }, id: string) =>
+  (
+    await db.query<{ watched: boolean }>(
+      'SELECT EXISTS (SELECT 1 FROM run_watches WHERE run_id = $1::text) AS watched',
+      [id],
+    )
+  ).rows[0]!.watched;
 
 describeWith({ PostgreSQL: postgres })('watched runs: NOTIFY only for runs somebody waits on', () => {
   it('the end of a run nobody watches is not announced; the end of a watched one is', async () => {
@@ -94,6 +100,19 @@ describeWith({ PostgreSQL: postgres })('watched runs: NOTIFY only for runs someb
     await end(store, waitedOn);
     await settle();
     expect(heard.filter((p) => p.startsWith('end:'))).toEqual([`end:${waitedOn}`]);
+  });
+
+  it('runs admitted before the migration are announced whoever waits (a server of the version before does not mark)', async () => {
+    const { store, heard, settle } = await storeAndListener();
+    const before = await runningRun(store);
+    // 035 again, as on a database that had this run when it was first applied.
+    const migration = readFileSync(new URL('../../sql/035_watched_runs.sql', import.meta.url), 'utf8');
+    for (const statement of splitSqlStatements(migration)) await store.db.query(statement);
+    const after = await runningRun(store);
+    await end(store, before);
+    await end(store, after);
+    await settle();
+    expect(heard.filter((p) => p.startsWith('end:'))).toEqual([`end:${before}`]);
   });
 
   it('a flush of events announces the watched runs among it, and only them', async () => {
@@ -118,7 +137,29 @@ describeWith({ PostgreSQL: postgres })('watched runs: NOTIFY only for runs someb
     const waiters = new RunWaiters(store.db, new RunEvents(store.db), { pollMs: 3_600_000 });
     afterThisTest(() => waiters.closeAll());
     expect(await waiters.wait(id, { timeoutMs: 3_600_000 })).toBe('ended');
-    expect(await watched(store, id)).toBe(true);
+    // An ended run is not marked: nothing more will be announced of it.
+    expect(await watched(store.db, id)).toBe(false);
+  });
+
+  it('a run being marked is not passed over by a claim (the mark locks no row of agent_runs)', async () => {
+    const { store, url } = await storeAndListener();
+    const id = `run_watched_${process.pid}_${made++}`;
+    await store.db.query(
+      `INSERT INTO agent_runs (id, tenant, project, user_id, agent, class, mode, status, input)
+       VALUES ($1::text, 't', 'p', 'u', 'echo', 'deferred', 'queued', 'queued', '"hi"'::jsonb)`,
+      [id],
+    );
+    const other = new pg.Client({ connectionString: url });
+    await other.connect();
+    afterThisTest(() => other.end());
+    // The mark's transaction stays open: before 035's watch lock, the mark held the run's row
+    // and a claim's SKIP LOCKED passed over it, leaving the run queued until the next poll.
+    await other.query('BEGIN');
+    await markWatched(other, id);
+    expect(await watched(other, id)).toBe(true);
+    const claimed = await claimDeferredRun(store.db, 'node_claimer', 0);
+    expect([claimed?.id, claimed?.status]).toEqual([id, 'running']);
+    await other.query('COMMIT');
   });
 
   it('a mark racing an end: whichever commits first, the end is heard', async () => {
@@ -127,8 +168,8 @@ describeWith({ PostgreSQL: postgres })('watched runs: NOTIFY only for runs someb
     await other.connect();
     afterThisTest(() => other.end());
 
-    // The end holds the row, uncommitted, when the mark arrives: the mark waits for it, then
-    // reads the ended row and says so.
+    // The end, uncommitted, holds the run's watch lock when the mark arrives: the mark waits
+    // for it, then reads the ended row and says so.
     const first = await runningRun(store);
     await other.query('BEGIN');
     await other.query(
@@ -140,8 +181,8 @@ describeWith({ PostgreSQL: postgres })('watched runs: NOTIFY only for runs someb
     await other.query('COMMIT');
     expect(await marking).toBe('succeeded');
 
-    // The mark holds the row, uncommitted, when the end arrives: the end waits for it, then
-    // changes the marked row, and is announced.
+    // The mark, uncommitted, holds the lock when the end arrives: the end's trigger waits for
+    // it, then finds the mark, and the end is announced.
     const second = await runningRun(store);
     await other.query('BEGIN');
     expect(await watchRun(other, second)).toBe('running');
@@ -205,7 +246,8 @@ describeWith({ PostgreSQL: postgres })('watched runs on two server processes', (
     const row = async () =>
       (
         await listener.query<{ watched: boolean; status: string }>(
-          'SELECT watched, status FROM agent_runs WHERE id = $1::text',
+          `SELECT EXISTS (SELECT 1 FROM run_watches WHERE run_id = $1::text) AS watched, status
+           FROM agent_runs WHERE id = $1::text`,
           [runId],
         )
       ).rows[0]!;

@@ -130,7 +130,6 @@ CREATE TABLE public.agent_runs (
     required_action jsonb,
     paused_state jsonb,
     approvals jsonb,
-    watched boolean DEFAULT false NOT NULL,
     CONSTRAINT agent_runs_mode_check CHECK ((mode = ANY (ARRAY['inline'::text, 'queued'::text]))),
     CONSTRAINT agent_runs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'requires_action'::text, 'succeeded'::text, 'failed'::text, 'canceled'::text])))
 );
@@ -314,10 +313,14 @@ END $$;
 CREATE FUNCTION public.sluice_run_ended() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
-BEGIN
-  PERFORM pg_notify('sluice_runs', 'end:' || NEW.id);
-  RETURN NULL;
-END $$;
+    BEGIN
+      PERFORM pg_advisory_xact_lock_shared(hashtextextended('sluice:watch:' || NEW.id, 0));
+      DELETE FROM run_watches WHERE run_id = NEW.id;
+      IF FOUND OR NEW.seq <= 0 THEN
+        PERFORM pg_notify('sluice_runs', 'end:' || NEW.id);
+      END IF;
+      RETURN NULL;
+    END $$;
 
 
 --
@@ -500,6 +503,16 @@ ALTER TABLE public.gateway_usage ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTIT
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+
+--
+-- Name: run_watches; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.run_watches (
+    run_id text NOT NULL,
+    watched_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
 );
 
 
@@ -735,6 +748,14 @@ ALTER TABLE ONLY public.gateway_usage
 
 
 --
+-- Name: run_watches run_watches_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.run_watches
+    ADD CONSTRAINT run_watches_pkey PRIMARY KEY (run_id);
+
+
+--
 -- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -963,7 +984,7 @@ CREATE TRIGGER agent_runs_admission_update AFTER UPDATE OF status ON public.agen
 -- Name: agent_runs agent_runs_ended; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER agent_runs_ended AFTER UPDATE OF status ON public.agent_runs FOR EACH ROW WHEN (((new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'canceled'::text])) AND (old.status <> ALL (ARRAY['succeeded'::text, 'failed'::text, 'canceled'::text])) AND new.watched)) EXECUTE FUNCTION public.sluice_run_ended();
+CREATE TRIGGER agent_runs_ended AFTER UPDATE OF status ON public.agent_runs FOR EACH ROW WHEN (((new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'canceled'::text])) AND (old.status <> ALL (ARRAY['succeeded'::text, 'failed'::text, 'canceled'::text])))) EXECUTE FUNCTION public.sluice_run_ended();
 
 
 --
