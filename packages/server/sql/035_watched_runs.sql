@@ -10,7 +10,8 @@
 -- A process that begins to wait for a run, or to read its stream, writes a row here first
 -- (runs/watching.ts), then reads the run's status. The mark and the end of the run take the
 -- run's watch lock (an advisory lock: no row of agent_runs is locked, so a claim's SKIP LOCKED
--- never passes over a queued run being marked), the mark alone, the end shared:
+-- never passes over a queued run being marked), the mark alone, the end shared (both under
+-- READ COMMITTED, where each statement of the trigger reads what committed before it began):
 --   - an end that took it first has committed before the mark goes on, and the status the
 --     mark reads next is final;
 --   - a mark that took it first has committed before the end looks here, and the end is
@@ -20,7 +21,13 @@
 -- Runs admitted before this migration are announced as before, whoever waits for them (a
 -- server of the version before does not mark): their `seq` is at most the sequence's value
 -- now, written into the function below.
-CREATE TABLE IF NOT EXISTS run_watches (
+-- The watch lock is one of 256 (the run's id hashed): an end of many runs at once takes at most
+-- 256 locks, not one per run (PostgreSQL's lock table is a few thousand entries for the whole
+-- server). Runs that share one only make a mark wait for an end's commit.
+--
+-- UNLOGGED: a mark costs no WAL and no flush at its commit. A crash of the database empties the
+-- table, and the waiters of that moment hear of their runs' ends from their shared look instead.
+CREATE UNLOGGED TABLE IF NOT EXISTS run_watches (
   run_id     text PRIMARY KEY,
   watched_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
@@ -30,7 +37,7 @@ BEGIN
   EXECUTE format($f$
     CREATE OR REPLACE FUNCTION sluice_run_ended() RETURNS trigger LANGUAGE plpgsql AS $b$
     BEGIN
-      PERFORM pg_advisory_xact_lock_shared(hashtextextended('sluice:watch:' || NEW.id, 0));
+      PERFORM pg_advisory_xact_lock_shared(hashtext('sluice:watch'), hashtext(NEW.id) & 255);
       DELETE FROM run_watches WHERE run_id = NEW.id;
       IF FOUND OR NEW.seq <= %s THEN
         PERFORM pg_notify('sluice_runs', 'end:' || NEW.id);

@@ -24,7 +24,7 @@ export async function watchRun(db: SqlClient, id: string): Promise<RunStatus | u
 /** The mark alone, for a caller that reads the run itself once it is done. */
 export async function markWatched(db: SqlClient, id: string): Promise<void> {
   await db.query(
-    `WITH locked AS (SELECT pg_advisory_xact_lock(hashtextextended('sluice:watch:' || $1::text, 0)))
+    `WITH locked AS (SELECT pg_advisory_xact_lock(hashtext('sluice:watch'), hashtext($1::text) & 255))
      INSERT INTO run_watches (run_id)
      SELECT $1::text FROM locked
      WHERE EXISTS (SELECT 1 FROM agent_runs WHERE id = $1::text AND status NOT IN (${sqlList(finalStatuses)}))

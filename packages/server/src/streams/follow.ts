@@ -2,7 +2,6 @@ import type { SqlClient } from '@sluice/postgres/database';
 import type { Clock } from 'sluice/concurrency';
 import { isSettled, isFinal } from '../runs/states.js';
 import { getRun, toApiRun, type RunRow } from '../runs/store.js';
-import { markWatched } from '../runs/watching.js';
 import { expand, type StreamEvent } from './codec.js';
 import type { EventFeed } from './feed.js';
 import { isLastEvent, lacksLastEvent, lastEventOf } from './names.js';
@@ -14,6 +13,11 @@ export interface FollowDeps {
   clock: Clock;
   /** How long a reader waits for news before it looks anyway. */
   pollMs: () => number;
+  /**
+   * Marks the run watched (runs/watching.ts markWatched); readers of one run on a process
+   * share the mark under way.
+   */
+  markWatched: (runId: string) => Promise<void>;
   /**
    * How long each wait lasts at most for `firstPollMs` after the reader marked the run watched
    * (one `pollMs` of the settings): a flush that began before the mark committed announces
@@ -56,7 +60,7 @@ export async function* followRun(
     if (!run) return;
     if (shortUntil === undefined && !isFinal(run.status)) {
       // The database is away when the mark fails: the reads say so.
-      await markWatched(deps.db, runId).catch(() => undefined);
+      await deps.markWatched(runId).catch(() => undefined);
       shortUntil = deps.clock.now() + deps.pollMs();
       // Read again after the mark: what came before it is there, what comes after is announced.
       continue;
@@ -85,10 +89,10 @@ export async function* followRun(
       }
     }
     const left = settledAt === undefined ? Infinity : settledAt + deps.graceMs - deps.clock.now();
-    const pollMs =
-      shortUntil !== undefined && deps.clock.now() < shortUntil
-        ? Math.min(deps.firstPollMs, deps.pollMs())
-        : deps.pollMs();
+    // Short waits just after the mark, and for a settled run's last event: the flush that
+    // writes it comes after the end took the run's mark out, and announces nothing.
+    const short = settledAt !== undefined || (shortUntil !== undefined && deps.clock.now() < shortUntil);
+    const pollMs = short ? Math.min(deps.firstPollMs, deps.pollMs()) : deps.pollMs();
     await deps.feed.next(runId, Math.max(1, Math.min(pollMs, left)), signal);
   }
 }

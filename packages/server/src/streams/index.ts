@@ -5,6 +5,7 @@ import { toApiRun, type RunRow } from '../runs/store.js';
 import { tuning } from '../tuning.js';
 import type { StreamEvent } from './codec.js';
 import { EventFeed } from './feed.js';
+import { markWatched } from '../runs/watching.js';
 import { followRun } from './follow.js';
 import type { RunStreamEvent } from './names.js';
 import { pauseEndId, type EventRow } from './queries.js';
@@ -50,6 +51,8 @@ export class RunStreams {
   readonly #writer: EventWriter;
   readonly #feed: EventFeed;
   readonly #clock: Clock;
+  /** Marks under way, by run: readers of one run share one (runs/watching.ts). */
+  readonly #marks = new Map<string, Promise<void>>();
 
   constructor(
     db: Database,
@@ -121,6 +124,7 @@ export class RunStreams {
         clock: this.#clock,
         pollMs: () => (this.#events.listening ? tuning.streamPollMs : tuning.streamPollUnheardMs),
         firstPollMs: tuning.streamPollUnheardMs,
+        markWatched: (id) => this.#markWatched(id),
         graceMs: tuning.streamGraceMs,
       },
       tenant,
@@ -128,6 +132,15 @@ export class RunStreams {
       after,
       signal,
     );
+  }
+
+  #markWatched(runId: string): Promise<void> {
+    let mark = this.#marks.get(runId);
+    if (!mark) {
+      mark = markWatched(this.#db, runId).finally(() => this.#marks.delete(runId));
+      this.#marks.set(runId, mark);
+    }
+    return mark;
   }
 
   close(): Promise<void> {

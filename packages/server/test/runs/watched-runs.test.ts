@@ -115,6 +115,36 @@ describeWith({ PostgreSQL: postgres })('watched runs: NOTIFY only for runs someb
     expect(heard.filter((p) => p.startsWith('end:'))).toEqual([`end:${before}`]);
   });
 
+  it('an end of many runs in one statement takes 256 watch locks at most, not one per run', async () => {
+    const { store, url, heard, settle } = await storeAndListener();
+    await store.db.query(
+      `INSERT INTO agent_runs (id, tenant, project, user_id, agent, mode, status, input, worker, started_at)
+       SELECT 'run_bulk_' || i, 't', 'p', 'u', 'echo', 'queued', 'running', '"hi"'::jsonb, 'node_gone', clock_timestamp()
+       FROM generate_series(1, 3000) AS i`,
+    );
+    const marked = await runningRun(store);
+    await watchRun(store.db, marked);
+    // One lock per run filled PostgreSQL's lock table ("out of shared memory") past about
+    // 12,000 runs ended at once (a lost node's runs): the locks the end holds, counted before
+    // it commits.
+    const ending = new pg.Client({ connectionString: url });
+    await ending.connect();
+    afterThisTest(() => ending.end());
+    await ending.query('BEGIN');
+    const ended = await ending.query(
+      `UPDATE agent_runs SET status = 'failed', finished_at = clock_timestamp() WHERE status = 'running' RETURNING id`,
+    );
+    const locks = await ending.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`,
+    );
+    await ending.query('COMMIT');
+    expect(ended.rows.length).toBe(3001);
+    expect(locks.rows[0]!.n).toBeGreaterThan(0);
+    expect(locks.rows[0]!.n).toBeLessThanOrEqual(256);
+    await settle();
+    expect(heard.filter((p) => p.startsWith('end:'))).toEqual([`end:${marked}`]);
+  });
+
   it('a flush of events announces the watched runs among it, and only them', async () => {
     const { store, heard, settle } = await storeAndListener();
     const alone = await runningRun(store);

@@ -314,7 +314,7 @@ CREATE FUNCTION public.sluice_run_ended() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
     BEGIN
-      PERFORM pg_advisory_xact_lock_shared(hashtextextended('sluice:watch:' || NEW.id, 0));
+      PERFORM pg_advisory_xact_lock_shared(hashtext('sluice:watch'), hashtext(NEW.id) & 255);
       DELETE FROM run_watches WHERE run_id = NEW.id;
       IF FOUND OR NEW.seq <= 0 THEN
         PERFORM pg_notify('sluice_runs', 'end:' || NEW.id);
@@ -510,7 +510,7 @@ ALTER TABLE public.gateway_usage ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTIT
 -- Name: run_watches; Type: TABLE; Schema: public; Owner: -
 --
 
-CREATE TABLE public.run_watches (
+CREATE UNLOGGED TABLE public.run_watches (
     run_id text NOT NULL,
     watched_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
 );
