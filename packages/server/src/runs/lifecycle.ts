@@ -4,7 +4,7 @@ import { tuning } from '../tuning.js';
 import { toJsonb } from './json.js';
 import { requiredActionOf, type Decision, type RequiredAction } from './required-action.js';
 import { cancelableAtOnce, sqlList, type FailureType, type FinalStatus } from './states.js';
-import { eventsJson, type EventRow } from '../streams/queries.js';
+import { eventsJson, storedEvents, withLastEvent, type EventRow } from '../streams/queries.js';
 import { full, type RunRow } from './store.js';
 
 export * from './states.js';
@@ -255,6 +255,10 @@ export interface Outcome {
 /**
  * Ends a run this process is executing. Fenced by the worker: a run another process declared
  * lost (or that was canceled and confirmed) is left as it is, and undefined comes back.
+ *
+ * `lastEventId`: the id of the event that ends the run's stream, stored by this statement when
+ * (and only when) it writes the end, as the run's own row (streams/codec.ts `endedEvent`): a
+ * reader that sees the run ended has its whole stream, and no flush follows the end.
  */
 export async function finishRun(
   db: Database,
@@ -262,11 +266,12 @@ export async function finishRun(
   worker: string,
   outcome: Outcome,
   events: readonly EventRow[] = [],
+  lastEventId?: number,
 ): Promise<RunRow | undefined> {
   // A successful run of a thread appends its messages in the same statement: the thread never
   // shows a run succeeded without its answer, nor an answer of a run that did not. The run's
-  // stream events not written yet go in it too (streams/: a reader that sees the run ended has
-  // every event but the last), stored whether or not the end is still this process's to write.
+  // stream events not written yet go in it too, stored whether or not the end is still this
+  // process's to write; its last event only with the end.
   return (
     await db.query<RunRow>(
       prepared(`WITH done AS (
@@ -278,7 +283,7 @@ export async function finishRun(
          SELECT d.thread_id, m.value ->> 'role', m.value -> 'content', d.id
          FROM done d, jsonb_array_elements($7::jsonb) WITH ORDINALITY AS m(value, n)
          WHERE d.thread_id IS NOT NULL AND d.status = 'succeeded' ORDER BY m.n),
-       ${storedEvents('$8')}
+       ${storedEvents('$8', '$9')}
        SELECT * FROM done`),
       [
         id,
@@ -288,22 +293,14 @@ export async function finishRun(
         toJsonb(outcome.error),
         toJsonb(outcome.usage),
         toJsonb(outcome.threadMessages ?? []),
-        eventsJson(events),
+        eventsJson(
+          lastEventId === undefined ? events : withLastEvent(events, id, lastEventId, outcome.status),
+        ),
+        lastEventId ?? null,
       ],
     )
   ).rows[0];
 }
-
-/**
- * A CTE of the statements that end a run: its stream events not written yet (streams/queries.ts
- * EventRow[], as JSON in `param`), inserted as a flush would; a row written already is kept.
- */
-const storedEvents = (param: string) =>
-  `stored_events AS (
-         INSERT INTO agent_run_events (run_id, seq, events)
-         SELECT r.run_id, r.seq, r.events
-         FROM jsonb_to_recordset(${param}::jsonb) AS r(run_id text, seq int, events jsonb)
-         ON CONFLICT DO NOTHING)`;
 
 // ── Waiting for a person ─────────────────────────────────────────────────────────────────
 

@@ -22,6 +22,7 @@ import { getRun, toApiRun, type RunRow } from './store.js';
 import {
   lastEventOf,
   type EventRow,
+  type LastEvent,
   type RunLog,
   type RunStreams,
   type StreamEvent,
@@ -123,22 +124,30 @@ export class RunExecution {
       if (!admitted) return undefined;
       run = admitted;
     }
-    // Everything but the last event is stored before the end is, in the statement that writes
-    // the end (one round trip, not a flush and then the end): a reader that sees the run ended
-    // has the rest (streams/follow.ts). A run ended elsewhere has its events flushed.
+    // The outcome is known: nothing more is told but the last event.
+    heard.close();
+    // The events not written yet go in the statement that writes the end (one round trip, not a
+    // flush and then the end), and so does the last one when that statement ends the run: a
+    // reader that sees the run ended has its whole stream (streams/follow.ts). A paused run's
+    // last event, and that of a run ended elsewhere, are flushed after it.
     let final: RunRow | undefined;
+    let storedLast = false;
     if (outcome) {
-      final = await this.#persist(run, outcome, await this.streams.takePending(run.id));
+      const lastEventId = outcome.status === 'requires_action' ? undefined : log.next;
+      const ended = await this.#persist(run, outcome, await this.streams.takePending(run.id), lastEventId);
+      final = ended?.row;
+      storedLast = ended?.wrote === true && lastEventId !== undefined;
     } else {
       await this.streams.flush().catch(() => undefined);
       final = await getRun(this.db, run.tenant, run.id).catch(() => undefined);
     }
     // Undefined: the run was ended elsewhere (lost, or its end could not be recorded); say how it stands.
     const current = final ?? (await getRun(this.db, run.tenant, run.id).catch(() => undefined)) ?? run;
-    heard.event(lastEventOf(current.status), toApiRun(current));
-    // The last event is written as soon as the response's last bytes are out, not before them:
-    // a reader that comes meanwhile waits for it (or, past the grace, makes it from the row).
-    this.streams.flushSoon();
+    heard.last(lastEventOf(current.status), toApiRun(current), storedLast);
+    // Otherwise the last event is written as soon as the response's last bytes are out, not
+    // before them: a reader that comes meanwhile waits for it (or, past the grace, makes it from
+    // the row).
+    if (!storedLast) this.streams.flushSoon();
     return final;
   }
 
@@ -149,10 +158,16 @@ export class RunExecution {
   #recorder(run: RunRow, log: RunLog, listener: RunListener | undefined, holding = false) {
     let held: (() => void)[] | undefined = holding ? [] : undefined;
     let dropped = false;
-    const tell = (what: () => void) => {
+    let closed = false;
+    const tellAny = (what: () => void) => {
       if (dropped) return;
       if (held) held.push(what);
       else what();
+    };
+    // After `close` (the outcome is known) only the last event is told: its id is the one the
+    // statement writing the end was given.
+    const tell = (what: () => void) => {
+      if (!closed) tellAny(what);
     };
     const event = (name: StreamEvent['event'], data: Record<string, unknown>, tool?: ToolEvent) =>
       tell(() => {
@@ -172,6 +187,15 @@ export class RunExecution {
         dropped = true;
         held = undefined;
       },
+      close: () => {
+        closed = true;
+      },
+      /** The event that ends the stream; `stored`: the statement that wrote the run's end stored it. */
+      last: (name: LastEvent, data: Record<string, unknown>, stored: boolean) =>
+        tellAny(() => {
+          const recorded = stored ? log.ended(name, data) : log.record(name, data);
+          listener?.onEvent?.(recorded);
+        }),
       onText: (text: string) => {
         event('message.delta', { run_id: run.id, text });
         tell(() => listener?.onText?.(text));
@@ -305,16 +329,23 @@ export class RunExecution {
    * run could still be ours (until peers would declare it lost): the result is not given up
    * for a blip, and a write that fails is never turned into a different outcome.
    */
-  async #persist(run: RunRow, outcome: Outcome | Pause, events: EventRow[]): Promise<RunRow | undefined> {
+  async #persist(
+    run: RunRow,
+    outcome: Outcome | Pause,
+    events: EventRow[],
+    lastEventId: number | undefined,
+  ): Promise<{ row: RunRow | undefined; wrote: boolean } | undefined> {
     const deadline = this.clock.now() + this.settings.nodeStaleMs;
     for (let delay: number = tuning.persistRetryMs; ; delay = Math.min(delay * 2, tuning.maxPersistRetryMs)) {
       try {
-        return (
-          (outcome.status === 'requires_action'
+        const ended =
+          outcome.status === 'requires_action'
             ? await pauseRun(this.db, run.id, this.node, outcome, events)
-            : await finishRun(this.db, run.id, this.node, outcome, events)) ??
-          (await getRun(this.db, run.tenant, run.id))
-        );
+            : await finishRun(this.db, run.id, this.node, outcome, events, lastEventId);
+        // Not written by this statement: ended elsewhere, or by an attempt whose answer was lost.
+        return ended
+          ? { row: ended, wrote: true }
+          : { row: await getRun(this.db, run.tenant, run.id), wrote: false };
       } catch (error) {
         if (this.clock.now() + delay > deadline) {
           this.log('error', 'could not record the end of a run', {

@@ -54,8 +54,8 @@ export async function* followRun(
   // Until the run is marked watched (a run found final needs no mark: nothing more will come).
   let shortUntil: number | undefined;
   while (!signal.aborted) {
-    // The row first: a run seen final has all its events but the last one stored already
-    // (the executor flushes them before it writes the end).
+    // The row first: a run seen final has its events stored already, the last one too when
+    // its own process ended it (the statement that wrote the end stored them).
     let run = await getRun(deps.db, tenant, runId);
     if (!run) return;
     if (shortUntil === undefined && !isFinal(run.status)) {
@@ -89,8 +89,9 @@ export async function* followRun(
       }
     }
     const left = settledAt === undefined ? Infinity : settledAt + deps.graceMs - deps.clock.now();
-    // Short waits just after the mark, and for a settled run's last event: the flush that
-    // writes it comes after the end took the run's mark out, and announces nothing.
+    // Short waits just after the mark, and for a settled run's last event (a pause's, or that of
+    // a run ended elsewhere): the flush that writes it comes after the end took the run's mark
+    // out, and announces nothing.
     const short = settledAt !== undefined || (shortUntil !== undefined && deps.clock.now() < shortUntil);
     const pollMs = short ? Math.min(deps.firstPollMs, deps.pollMs()) : deps.pollMs();
     await deps.feed.next(runId, Math.max(1, Math.min(pollMs, left)), signal);

@@ -7,7 +7,7 @@ import type { StreamEvent } from './codec.js';
 import { EventFeed } from './feed.js';
 import { markWatched } from '../runs/watching.js';
 import { followRun } from './follow.js';
-import type { RunStreamEvent } from './names.js';
+import type { LastEvent, RunStreamEvent } from './names.js';
 import { pauseEndId, type EventRow } from './queries.js';
 import { EventWriter } from './writer.js';
 
@@ -37,6 +37,18 @@ export class RunLog {
   record(event: RunStreamEvent, data: Record<string, unknown>): StreamEvent {
     const id = this.#next++;
     this.writer.append(this.runId, id, event, data);
+    return { id, event, data };
+  }
+
+  /** The id the next event gets: the last one's, for the statement that ends the run. */
+  get next(): number {
+    return this.#next;
+  }
+
+  /** The event the statement that ended the run stored already (`next` was its id). */
+  ended(event: LastEvent, data: Record<string, unknown>): StreamEvent {
+    const id = this.#next++;
+    this.writer.stored(this.runId);
     return { id, event, data };
   }
 }

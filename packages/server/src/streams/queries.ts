@@ -1,8 +1,9 @@
 import { prepared, type Database, type SqlClient } from '@sluice/postgres/database';
 import { toJsonb } from '../runs/json.js';
-import { sqlList, finalStatuses } from '../runs/states.js';
+import { sqlList, finalStatuses, type RunStatus } from '../runs/states.js';
 import { deleteInBatches, PRUNE_MAX_STATEMENTS } from '../store/prune.js';
-import type { StoredEvent } from './codec.js';
+import { endedEvent, type StoredEvent } from './codec.js';
+import { lastEventOf } from './names.js';
 
 /** A run's events `seq`, `seq + 1`, ... as one flush wrote them. */
 export interface EventRow {
@@ -123,4 +124,46 @@ export async function eventsExpired(db: SqlClient, runId: string, retentionMs: n
     [runId, retentionMs],
   );
   return result.rows[0]?.expired === true;
+}
+
+// ── What the statements that end a run store (runs/lifecycle.ts finishRun, pauseRun) ──────
+
+/**
+ * A CTE of the statements that end a run: its stream events not written yet (streams/queries.ts
+ * EventRow[], as JSON in `param`), inserted as a flush would; a row written already is kept.
+ * With `lastParam` (an id, or null), the event of that id is the stream's last, and is kept
+ * only when `done` ended the run: taken off the end of its row otherwise.
+ */
+export const storedEvents = (param: string, lastParam?: string) =>
+  `stored_events AS (
+         INSERT INTO agent_run_events (run_id, seq, events)
+         SELECT r.run_id, r.seq, e.events
+         FROM jsonb_to_recordset(${param}::jsonb) AS r(run_id text, seq int, events jsonb),
+         LATERAL (SELECT ${
+           lastParam === undefined
+             ? 'r.events'
+             : `CASE WHEN r.seq + jsonb_array_length(r.events) - 1 = ${lastParam}::int
+                          AND NOT EXISTS (SELECT 1 FROM done) THEN r.events - (-1)
+                     ELSE r.events END`
+         } AS events) e
+         WHERE jsonb_array_length(e.events) > 0
+         ON CONFLICT DO NOTHING)`;
+
+/**
+ * The run's rows with its stream's last event (id `lastEventId`) after the rest: at the end of
+ * the last row when the ids follow on, in a row of its own otherwise. The rows given are not
+ * changed (they go back to the writer if the end cannot be written).
+ */
+export function withLastEvent(
+  rows: readonly EventRow[],
+  runId: string,
+  lastEventId: number,
+  status: RunStatus,
+): EventRow[] {
+  const last = endedEvent(lastEventOf(status));
+  const tail = rows.at(-1);
+  if (tail && tail.run_id === runId && tail.seq + tail.events.length === lastEventId) {
+    return [...rows.slice(0, -1), { ...tail, events: [...tail.events, last] }];
+  }
+  return [...rows, { run_id: runId, seq: lastEventId, events: [last] }];
 }

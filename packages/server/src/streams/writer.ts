@@ -87,6 +87,11 @@ export class EventWriter {
     return taken;
   }
 
+  /** Tells the listeners that another statement wrote events of the run (its end: finishRun). */
+  stored(runId: string): void {
+    for (const listener of this.#written) listener([runId]);
+  }
+
   /** Puts back rows taken that their statement did not write: the next flush writes them. */
   restore(rows: EventRow[]): void {
     if (rows.length === 0) return;

@@ -1,0 +1,123 @@
+import { startProviderStandIn } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { describeWith } from '../../../../scripts/service-suites.js';
+import { admitRun } from '../../src/runs/admission.js';
+import { claimDeferredRun } from '../../src/runs/claims.js';
+import { finishRun } from '../../src/runs/lifecycle.js';
+import type { EventRow } from '../../src/streams/queries.js';
+import { freshDatabase, postgres } from '../harness/index.js';
+import { afterThisTest, startTestServer } from '../helpers.js';
+import { limits, openDb, run, who } from '../limits/admission-fixtures.js';
+import { getEvents, parseBlocks, readEvents } from './sse-get.js';
+
+// The event that ends a run's stream is stored by the statement that writes the run's end
+// (runs/lifecycle.ts finishRun), not by a flush after it: a reader that sees the run ended has
+// its whole stream, and a run's end costs no second write.
+
+const answer = 'The last event is stored with the end of the run.';
+
+describe('the last event of a run is stored with its end', () => {
+  it('a streamed run: the run row and its last event are written by one transaction, and the replay is what was sent live', async () => {
+    const provider = await startProviderStandIn({ reply: () => ({ text: answer }) });
+    afterThisTest(() => provider.close());
+    const t = await startTestServer({ provider });
+    const response = await fetch(`${t.server.url}/api/client/v1/agents/echo/runs`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${t.admin}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ input: 'go', stream: true }),
+    });
+    const live = parseBlocks(await response.text());
+    const last = live.at(-1)!;
+    const lastId = Number(last.id);
+    expect(last.event).toBe('run.completed');
+    const runId = live[0]!.data.id as string;
+
+    const { rows } = await t.server.store.db.query<{ same: boolean; stored: unknown }>(
+      `SELECT r.xmin::text = e.xmin::text AS same, e.events -> -1 AS stored
+       FROM agent_runs r JOIN agent_run_events e ON e.run_id = r.id
+       WHERE r.id = $1 AND e.seq + jsonb_array_length(e.events) - 1 = $2`,
+      [runId, lastId],
+    );
+    expect(rows).toEqual([{ same: true, stored: ['run.completed', {}] }]);
+
+    // Made from the run's row, the replayed last event is the live one, field for field.
+    expect(await readEvents(await getEvents(t.server.url, t.admin, runId))).toEqual(live);
+    expect(
+      await readEvents(await getEvents(t.server.url, t.admin, runId, { after: String(lastId - 1) })),
+    ).toEqual([last]);
+  });
+
+  it('a failed run ends its stored stream with run.failed, carrying the error', async () => {
+    const t = await startTestServer();
+    const failed = await t.call('POST', '/agents/echo/runs', { input: 'fail' });
+    expect(failed.body.status).toBe('failed');
+    const events = await readEvents(await getEvents(t.server.url, t.admin, failed.body.id as string));
+    expect(events.at(-1)).toMatchObject({
+      event: 'run.failed',
+      data: { id: failed.body.id, status: 'failed', error: failed.body.error, output: null },
+    });
+  });
+});
+
+describeWith({ PostgreSQL: postgres })('the end statement and the last event, on PostgreSQL', () => {
+  it('an end fenced out (another worker, or an end written already) stores the events before the last, never the last', async () => {
+    const db = await openDb(await freshDatabase());
+    const admitted = await admitRun(db, who('acme'), run({ class: 'deferred' }), limits());
+    if (!admitted.ok) throw new Error('refused');
+    const id = admitted.run.id;
+    expect((await claimDeferredRun(db, 'w1', 4))?.id).toBe(id);
+    const started: EventRow = { run_id: id, seq: 2, events: [['run.started', { id, status: 'running' }]] };
+    const stored = async () =>
+      (
+        await db.query<{ seq: number; events: unknown[] }>(
+          'SELECT seq, events FROM agent_run_events WHERE run_id = $1 ORDER BY seq',
+          [id],
+        )
+      ).rows;
+
+    // Not this worker's run: its events are kept, the end and the last event are not.
+    expect(
+      await finishRun(db, id, 'w2', { status: 'succeeded', output: 'no' }, [started], 3),
+    ).toBeUndefined();
+    expect(await stored()).toEqual([{ seq: 2, events: [['run.started', { id, status: 'running' }]] }]);
+
+    // Its own worker ends it: the last event in a row of its own (the row before was written).
+    const ended = await finishRun(db, id, 'w1', { status: 'succeeded', output: 'yes' }, [], 3);
+    expect(ended).toMatchObject({ id, status: 'succeeded' });
+    expect(await stored()).toEqual([
+      { seq: 2, events: [['run.started', { id, status: 'running' }]] },
+      { seq: 3, events: [['run.completed', {}]] },
+    ]);
+
+    // The same end again (its answer lost, say): nothing written, nothing changed.
+    expect(await finishRun(db, id, 'w1', { status: 'failed' }, [], 3)).toBeUndefined();
+    expect(await stored()).toHaveLength(2);
+    const row = (await db.query<{ status: string }>('SELECT status FROM agent_runs WHERE id = $1', [id]))
+      .rows[0];
+    expect(row?.status).toBe('succeeded');
+  });
+
+  it('the last event goes at the end of the row of the events before it, when their ids follow on', async () => {
+    const db = await openDb(await freshDatabase());
+    const admitted = await admitRun(db, who('acme'), run({ class: 'deferred' }), limits());
+    if (!admitted.ok) throw new Error('refused');
+    const id = admitted.run.id;
+    expect((await claimDeferredRun(db, 'w1', 4))?.id).toBe(id);
+    const pending: EventRow = {
+      run_id: id,
+      seq: 2,
+      events: [
+        ['run.started', { id }],
+        ['message.delta', { text: 'a' }],
+      ],
+    };
+    await finishRun(db, id, 'w1', { status: 'canceled' }, [pending], 4);
+    const { rows } = await db.query<{ seq: number; events: unknown[] }>(
+      'SELECT seq, events FROM agent_run_events WHERE run_id = $1 ORDER BY seq',
+      [id],
+    );
+    expect(rows).toEqual([{ seq: 2, events: [...pending.events, ['run.canceled', {}]] }]);
+    // The rows given to the end are left as they were (they go back to the writer on a failure).
+    expect(pending.events).toHaveLength(2);
+  });
+});
