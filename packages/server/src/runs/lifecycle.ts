@@ -4,7 +4,8 @@ import { tuning } from '../tuning.js';
 import { toJsonb } from './json.js';
 import { requiredActionOf, type Decision, type RequiredAction } from './required-action.js';
 import { cancelableAtOnce, sqlList, type FailureType, type FinalStatus } from './states.js';
-import { eventsJson, storedEvents, withLastEvent, type EventRow } from '../streams/queries.js';
+import { lastEventOf } from '../streams/names.js';
+import { eventsJson, storedEvents, storedLastEvent, type EventRow } from '../streams/queries.js';
 import { full, type RunRow } from './store.js';
 
 export * from './states.js';
@@ -257,8 +258,9 @@ export interface Outcome {
  * lost (or that was canceled and confirmed) is left as it is, and undefined comes back.
  *
  * `lastEventId`: the id of the event that ends the run's stream, stored by this statement when
- * (and only when) it writes the end, as the run's own row (streams/codec.ts `endedEvent`): a
- * reader that sees the run ended has its whole stream, and no flush follows the end.
+ * (and only when) it writes the end, in a row of its own holding the run as it ended
+ * (streams/queries.ts storedLastEvent): a reader that sees the run ended has its whole stream,
+ * and no flush follows the end.
  */
 export async function finishRun(
   db: Database,
@@ -283,7 +285,8 @@ export async function finishRun(
          SELECT d.thread_id, m.value ->> 'role', m.value -> 'content', d.id
          FROM done d, jsonb_array_elements($7::jsonb) WITH ORDINALITY AS m(value, n)
          WHERE d.thread_id IS NOT NULL AND d.status = 'succeeded' ORDER BY m.n),
-       ${storedEvents('$8', '$9')}
+       ${storedEvents('$8')},
+       ${storedLastEvent('$9', '$10')}
        SELECT * FROM done`),
       [
         id,
@@ -293,10 +296,9 @@ export async function finishRun(
         toJsonb(outcome.error),
         toJsonb(outcome.usage),
         toJsonb(outcome.threadMessages ?? []),
-        eventsJson(
-          lastEventId === undefined ? events : withLastEvent(events, id, lastEventId, outcome.status),
-        ),
+        eventsJson(events),
         lastEventId ?? null,
+        lastEventOf(outcome.status),
       ],
     )
   ).rows[0];

@@ -133,7 +133,9 @@ export class RunExecution {
     let final: RunRow | undefined;
     let storedLast = false;
     if (outcome) {
-      const lastEventId = outcome.status === 'requires_action' ? undefined : log.next;
+      // A paused run's last event is flushed after it, as is every event when none are stored.
+      const lastEventId =
+        outcome.status === 'requires_action' || !this.streams.storing ? undefined : log.next;
       const ended = await this.#persist(run, outcome, await this.streams.takePending(run.id), lastEventId);
       final = ended?.row;
       storedLast = ended?.wrote === true && lastEventId !== undefined;

@@ -1,5 +1,5 @@
-import { toApiRun, type RunRow } from '../runs/store.js';
-import { isLastEvent, isRunShaped, type LastEvent, type RunStreamEvent } from './names.js';
+import type { RunRow } from '../runs/store.js';
+import { isLastEvent, isRunShaped, type RunStreamEvent } from './names.js';
 
 /** One event of a run as a stream carries it: `id` orders the run's events from 1 (`run.created`). */
 export interface StreamEvent {
@@ -25,19 +25,9 @@ export function compact(event: RunStreamEvent, data: Record<string, unknown>): S
   return [event, rest];
 }
 
-/**
- * The last event of a run as the statement that writes its end stores it (runs/lifecycle.ts
- * finishRun): its data is the run as it ended, which is the run's row from then on, so no data
- * is kept. A last event stored any other way (a flush) always has data.
- */
-export const endedEvent = (event: LastEvent): StoredEvent => [event, {}];
-
-const isEnded = (stored: StoredEvent) => isLastEvent(stored[0]) && Object.keys(stored[1]).length === 0;
-
 /** An event read back, for `run` (a full row: input and output). */
 export function expand(id: number, stored: StoredEvent, run: RunRow): StreamEvent {
   const [event, data] = stored;
-  if (isEnded(stored)) return { id, event, data: toApiRun(run) };
   if (!isRunShaped(event)) return { id, event, data: { run_id: run.id, ...data } };
   const { id: runId, object, agent, class: runClass, status, ...rest } = data;
   // The answer is there once the run ended; a started or paused run has none yet.

@@ -63,6 +63,7 @@ export class RunStreams {
   readonly #writer: EventWriter;
   readonly #feed: EventFeed;
   readonly #clock: Clock;
+  readonly #storing: boolean;
   /** Marks under way, by run: readers of one run share one (runs/watching.ts). */
   readonly #marks = new Map<string, Promise<void>>();
 
@@ -76,6 +77,7 @@ export class RunStreams {
     this.#db = db;
     this.#events = events;
     this.#clock = clock;
+    this.#storing = options.store;
     this.#writer = new EventWriter(db, {
       flushMs: tuning.streamFlushMs,
       flushEvents: tuning.streamFlushEvents,
@@ -103,6 +105,11 @@ export class RunStreams {
     await this.#writer.flush().catch(() => undefined);
     const pauseEnd = await pauseEndId(this.#db, run.id).catch(() => 1);
     return new RunLog(this.#writer, run.id, Math.max(pauseEnd, 1) + 1);
+  }
+
+  /** Whether events are stored (false: a benchmark's baseline, nothing to resume). */
+  get storing(): boolean {
+    return this.#storing;
   }
 
   /** Writes what is gathered now; rejects when the write fails. */

@@ -1,9 +1,8 @@
 import { prepared, type Database, type SqlClient } from '@sluice/postgres/database';
 import { toJsonb } from '../runs/json.js';
-import { sqlList, finalStatuses, type RunStatus } from '../runs/states.js';
+import { sqlList, finalStatuses } from '../runs/states.js';
 import { deleteInBatches, PRUNE_MAX_STATEMENTS } from '../store/prune.js';
-import { endedEvent, type StoredEvent } from './codec.js';
-import { lastEventOf } from './names.js';
+import type { StoredEvent } from './codec.js';
 
 /** A run's events `seq`, `seq + 1`, ... as one flush wrote them. */
 export interface EventRow {
@@ -129,41 +128,33 @@ export async function eventsExpired(db: SqlClient, runId: string, retentionMs: n
 // ── What the statements that end a run store (runs/lifecycle.ts finishRun, pauseRun) ──────
 
 /**
- * A CTE of the statements that end a run: its stream events not written yet (streams/queries.ts
- * EventRow[], as JSON in `param`), inserted as a flush would; a row written already is kept.
- * With `lastParam` (an id, or null), the event of that id is the stream's last, and is kept
- * only when `done` ended the run: taken off the end of its row otherwise.
+ * A CTE of the statements that end a run: its stream events not written yet (EventRow[], as
+ * JSON in `param`), inserted as a flush would; a row written already is kept.
  */
-export const storedEvents = (param: string, lastParam?: string) =>
+export const storedEvents = (param: string) =>
   `stored_events AS (
          INSERT INTO agent_run_events (run_id, seq, events)
-         SELECT r.run_id, r.seq, e.events
-         FROM jsonb_to_recordset(${param}::jsonb) AS r(run_id text, seq int, events jsonb),
-         LATERAL (SELECT ${
-           lastParam === undefined
-             ? 'r.events'
-             : `CASE WHEN r.seq + jsonb_array_length(r.events) - 1 = ${lastParam}::int
-                          AND NOT EXISTS (SELECT 1 FROM done) THEN r.events - (-1)
-                     ELSE r.events END`
-         } AS events) e
-         WHERE jsonb_array_length(e.events) > 0
+         SELECT r.run_id, r.seq, r.events
+         FROM jsonb_to_recordset(${param}::jsonb) AS r(run_id text, seq int, events jsonb)
          ON CONFLICT DO NOTHING)`;
 
 /**
- * The run's rows with its stream's last event (id `lastEventId`) after the rest: at the end of
- * the last row when the ids follow on, in a row of its own otherwise. The rows given are not
- * changed (they go back to the writer if the end cannot be written).
+ * A CTE that stores the event ending the stream of the run `done` ended (none when `done` is
+ * empty: the end was not this statement's to write), in a row of its own: id `idParam`, name
+ * `nameParam`, and as data the run as it ended, as codec.ts `compact` keeps the document
+ * (store.ts `toApiRun` without input and output), from `done`'s columns (store.ts `full`).
+ * Written in the same statement as the end, it is the run at its end whatever changes after.
  */
-export function withLastEvent(
-  rows: readonly EventRow[],
-  runId: string,
-  lastEventId: number,
-  status: RunStatus,
-): EventRow[] {
-  const last = endedEvent(lastEventOf(status));
-  const tail = rows.at(-1);
-  if (tail && tail.run_id === runId && tail.seq + tail.events.length === lastEventId) {
-    return [...rows.slice(0, -1), { ...tail, events: [...tail.events, last] }];
-  }
-  return [...rows, { run_id: runId, seq: lastEventId, events: [last] }];
-}
+export const storedLastEvent = (idParam: string, nameParam: string) =>
+  `last_event AS (
+         INSERT INTO agent_run_events (run_id, seq, events)
+         SELECT d.id, ${idParam}::int, jsonb_build_array(jsonb_build_array(${nameParam}::text,
+           jsonb_build_object('id', d.id, 'object', 'agent.run', 'agent', d.agent, 'class', d.class,
+             'status', d.status, 'error', d.error, 'metadata', d.metadata, 'usage', d.usage,
+             'created_at', floor(d.created_at), 'started_at', floor(d.started_at),
+             'finished_at', floor(d.finished_at), 'scheduled_for', floor(d.scheduled_for),
+             'thread_id', d.thread_id)
+           || CASE WHEN d.required_action IS NULL THEN '{}'::jsonb
+                   ELSE jsonb_build_object('required_action', d.required_action) END))
+         FROM done d WHERE ${idParam}::int IS NOT NULL
+         ON CONFLICT DO NOTHING)`;

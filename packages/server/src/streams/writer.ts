@@ -139,8 +139,9 @@ export class EventWriter {
     } catch (error) {
       // Put back in front of what came meanwhile; the next append (or this retry) writes them.
       if (this.#failures++ === 0) this.#options.log('writing run events failed', { error: String(error) });
+      // A row put back may have been written (its answer lost): it is never extended, and the
+      // events that follow go in rows of their own (those begun during the write).
       this.#rows = [...rows, ...this.#rows];
-      for (const row of this.#rows) this.#open.set(row.run_id, row);
       this.#pending += count;
       this.#timer ??= setTimeout(() => void this.flush().catch(() => undefined), this.#delay());
       throw error;

@@ -4,7 +4,7 @@ import { describeWith } from '../../../../scripts/service-suites.js';
 import { admitRun } from '../../src/runs/admission.js';
 import { claimDeferredRun } from '../../src/runs/claims.js';
 import { finishRun } from '../../src/runs/lifecycle.js';
-import type { EventRow } from '../../src/streams/queries.js';
+import { insertEvents, type EventRow } from '../../src/streams/queries.js';
 import { freshDatabase, postgres } from '../harness/index.js';
 import { afterThisTest, startTestServer } from '../helpers.js';
 import { limits, openDb, run, who } from '../limits/admission-fixtures.js';
@@ -38,7 +38,9 @@ describe('the last event of a run is stored with its end', () => {
        WHERE r.id = $1 AND e.seq + jsonb_array_length(e.events) - 1 = $2`,
       [runId, lastId],
     );
-    expect(rows).toEqual([{ same: true, stored: ['run.completed', {}] }]);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]!.same).toBe(true);
+    expect((rows[0]!.stored as unknown[])[0]).toBe('run.completed');
 
     // Made from the run's row, the replayed last event is the live one, field for field.
     expect(await readEvents(await getEvents(t.server.url, t.admin, runId))).toEqual(live);
@@ -47,15 +49,27 @@ describe('the last event of a run is stored with its end', () => {
     ).toEqual([last]);
   });
 
-  it('a failed run ends its stored stream with run.failed, carrying the error', async () => {
+  it('the stored last event is the run as it ended, field for field, whatever its row holds (an error, metadata, a thread, a time it was due)', async () => {
     const t = await startTestServer();
-    const failed = await t.call('POST', '/agents/echo/runs', { input: 'fail' });
-    expect(failed.body.status).toBe('failed');
-    const events = await readEvents(await getEvents(t.server.url, t.admin, failed.body.id as string));
-    expect(events.at(-1)).toMatchObject({
-      event: 'run.failed',
-      data: { id: failed.body.id, status: 'failed', error: failed.body.error, output: null },
-    });
+    const thread = (await t.call('POST', '/threads', {})).body.id as string;
+    const cases = [
+      { input: 'fail', metadata: { team: 'a', n: 1 } },
+      { input: 'hello', thread_id: thread },
+      { input: 'later', wait: false, class: 'deferred', delay_seconds: 1, metadata: { k: 'v', on: true } },
+    ];
+    for (const body of cases) {
+      const posted = await t.call('POST', '/agents/echo/runs', body);
+      expect(posted.status, JSON.stringify(posted.body)).toBeLessThan(300);
+      const id = posted.body.id as string;
+      const events = await readEvents(await getEvents(t.server.url, t.admin, id));
+      const run = (await t.call('GET', `/agents/runs/${id}`)).body;
+      expect(['succeeded', 'failed']).toContain(run.status);
+      expect(events.at(-1)).toEqual({
+        id: events.length,
+        event: run.status === 'failed' ? 'run.failed' : 'run.completed',
+        data: run,
+      });
+    }
   });
 });
 
@@ -81,43 +95,25 @@ describeWith({ PostgreSQL: postgres })('the end statement and the last event, on
     ).toBeUndefined();
     expect(await stored()).toEqual([{ seq: 2, events: [['run.started', { id, status: 'running' }]] }]);
 
-    // Its own worker ends it: the last event in a row of its own (the row before was written).
+    // Its own worker ends it: the last event in a row of its own, holding the run as it ended.
     const ended = await finishRun(db, id, 'w1', { status: 'succeeded', output: 'yes' }, [], 3);
     expect(ended).toMatchObject({ id, status: 'succeeded' });
-    expect(await stored()).toEqual([
-      { seq: 2, events: [['run.started', { id, status: 'running' }]] },
-      { seq: 3, events: [['run.completed', {}]] },
+    const rows = await stored();
+    expect(rows.map((r) => r.seq)).toEqual([2, 3]);
+    expect(rows[1]!.events).toEqual([
+      [
+        'run.completed',
+        expect.objectContaining({ id, status: 'succeeded', finished_at: Math.floor(ended!.finished_at!) }),
+      ],
     ]);
 
-    // The same end again (its answer lost, say): nothing written, nothing changed.
+    // The same end again (its answer lost, say): nothing written, nothing changed; the event the
+    // executor then flushes under the same id is kept once.
     expect(await finishRun(db, id, 'w1', { status: 'failed' }, [], 3)).toBeUndefined();
-    expect(await stored()).toHaveLength(2);
+    await insertEvents(db, [{ run_id: id, seq: 3, events: [['run.completed', { id }]] }]);
+    expect(await stored()).toEqual(rows);
     const row = (await db.query<{ status: string }>('SELECT status FROM agent_runs WHERE id = $1', [id]))
       .rows[0];
     expect(row?.status).toBe('succeeded');
-  });
-
-  it('the last event goes at the end of the row of the events before it, when their ids follow on', async () => {
-    const db = await openDb(await freshDatabase());
-    const admitted = await admitRun(db, who('acme'), run({ class: 'deferred' }), limits());
-    if (!admitted.ok) throw new Error('refused');
-    const id = admitted.run.id;
-    expect((await claimDeferredRun(db, 'w1', 4))?.id).toBe(id);
-    const pending: EventRow = {
-      run_id: id,
-      seq: 2,
-      events: [
-        ['run.started', { id }],
-        ['message.delta', { text: 'a' }],
-      ],
-    };
-    await finishRun(db, id, 'w1', { status: 'canceled' }, [pending], 4);
-    const { rows } = await db.query<{ seq: number; events: unknown[] }>(
-      'SELECT seq, events FROM agent_run_events WHERE run_id = $1 ORDER BY seq',
-      [id],
-    );
-    expect(rows).toEqual([{ seq: 2, events: [...pending.events, ['run.canceled', {}]] }]);
-    // The rows given to the end are left as they were (they go back to the writer on a failure).
-    expect(pending.events).toHaveLength(2);
   });
 });

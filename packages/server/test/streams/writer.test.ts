@@ -81,3 +81,33 @@ it('a write that fails puts its rows back: the end then takes them all, the earl
   expect(rows.map((row) => row.seq)).toEqual([2, 3]);
   await writer.close();
 });
+
+it('a flush whose answer was lost (its rows written after all) loses none of the events that came after it', async () => {
+  // A database that keeps rows as the table does (a row whose run and seq are there already is
+  // skipped: ON CONFLICT DO NOTHING), and whose first write commits but answers with an error.
+  const table = new Map<string, { seq: number; events: unknown[] }>();
+  let lost = true;
+  const db = {
+    query: async (_text: string, params?: unknown[]) => {
+      const rows = JSON.parse(String(params?.[0])) as { run_id: string; seq: number; events: unknown[] }[];
+      for (const row of rows) {
+        const key = `${row.run_id}:${row.seq}`;
+        if (!table.has(key)) table.set(key, { seq: row.seq, events: row.events });
+      }
+      if (lost) {
+        lost = false;
+        throw new Error('Connection terminated');
+      }
+      return { rows: [] };
+    },
+  } as unknown as Database;
+  const writer = new EventWriter(db, options);
+  writer.append('run_a', 2, 'run.started', { id: 'run_a' });
+  await expect(writer.flush()).rejects.toThrow('Connection terminated');
+  writer.append('run_a', 3, 'message.delta', { text: 'a' });
+  writer.append('run_a', 4, 'message.delta', { text: 'b' });
+  await writer.flush();
+  const ids = [...table.values()].flatMap((row) => row.events.map((_, i) => row.seq + i)).sort();
+  expect(ids).toEqual([2, 3, 4]);
+  await writer.close();
+});
