@@ -3,25 +3,16 @@ import { startProviderStandIn } from '@sluice/testkit';
 import { pruneEvents } from '../../src/streams/queries.js';
 import { afterThisTest, startTestServer, until } from '../helpers.js';
 import { gate } from '../process/harness.js';
-import { getEvents, parseBlocks, readEvents } from './sse-get.js';
+import { getEvents, postStream, readEvents } from './sse-get.js';
 
 const answer = 'Streams that can be resumed carry an id on every event, in order, from one.';
-
-async function rawStream(url: string, token: string, body: unknown) {
-  const response = await fetch(url, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  return parseBlocks(await response.text());
-}
 
 describe('stored run events (GET /agents/runs/:id/events)', () => {
   it('a streamed run: ids 1..n on every event; the store replays the same events, and from Last-Event-ID or ?after= only the rest', async () => {
     const provider = await startProviderStandIn({ reply: () => ({ text: answer }) });
     afterThisTest(() => provider.close());
     const t = await startTestServer({ provider });
-    const live = await rawStream(`${t.server.url}/api/client/v1/agents/echo/runs`, t.admin, {
+    const live = await postStream(`${t.server.url}/api/client/v1/agents/echo/runs`, t.admin, {
       input: 'go',
       stream: true,
     });

@@ -8,7 +8,7 @@ import { insertEvents, type EventRow } from '../../src/streams/queries.js';
 import { freshDatabase, postgres } from '../harness/index.js';
 import { afterThisTest, startTestServer } from '../helpers.js';
 import { limits, openDb, run, who } from '../limits/admission-fixtures.js';
-import { getEvents, parseBlocks, readEvents } from './sse-get.js';
+import { getEvents, postStream, readEvents } from './sse-get.js';
 
 // The event that ends a run's stream is stored by the statement that writes the run's end
 // (runs/lifecycle.ts finishRun), not by a flush after it: a reader that sees the run ended has
@@ -21,12 +21,10 @@ describe('the last event of a run is stored with its end', () => {
     const provider = await startProviderStandIn({ reply: () => ({ text: answer }) });
     afterThisTest(() => provider.close());
     const t = await startTestServer({ provider });
-    const response = await fetch(`${t.server.url}/api/client/v1/agents/echo/runs`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${t.admin}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ input: 'go', stream: true }),
+    const live = await postStream(`${t.server.url}/api/client/v1/agents/echo/runs`, t.admin, {
+      input: 'go',
+      stream: true,
     });
-    const live = parseBlocks(await response.text());
     const last = live.at(-1)!;
     const lastId = Number(last.id);
     expect(last.event).toBe('run.completed');

@@ -44,3 +44,13 @@ export function getEvents(
     },
   });
 }
+
+/** POSTs a streamed run and reads its whole SSE body: the events as the client got them. */
+export async function postStream(url: string, token: string, body: unknown): Promise<IdEvent[]> {
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return parseBlocks(await response.text());
+}
