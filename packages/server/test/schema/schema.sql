@@ -33,6 +33,10 @@ DECLARE
   t text;
   p text;
   touched int;
+  more int;
+  -- The rows to change, in key order: the tenant's (''), then the project's.
+  keys text[];
+  k text;
 BEGIN
   IF TG_OP = 'INSERT' THEN
     was := NULL; now_in := sluice_admission_set(NEW.class, NEW.status); t := NEW.tenant; p := NEW.project;
@@ -49,26 +53,30 @@ BEGIN
   IF was IS NOT DISTINCT FROM now_in AND was_running = now_running THEN
     RETURN NULL;
   END IF;
-  -- Both rows locked first, the tenant's ('') first in key order, so every writer locks them in
-  -- the same order (see 015_admission_counters.sql). A deferred claim locks the tenant's row
-  -- before its UPDATE fires this: the same order.
-  PERFORM 1 FROM admission_counters WHERE tenant = t AND project IN ('', p) ORDER BY project FOR UPDATE;
-  UPDATE admission_counters SET
-    default_active = default_active + (now_in IS NOT DISTINCT FROM 'active')::int - (was IS NOT DISTINCT FROM 'active')::int,
-    default_scheduled = default_scheduled + (now_in IS NOT DISTINCT FROM 'scheduled')::int - (was IS NOT DISTINCT FROM 'scheduled')::int,
-    deferred_waiting = deferred_waiting + (now_in IS NOT DISTINCT FROM 'deferred')::int - (was IS NOT DISTINCT FROM 'deferred')::int,
-    deferred_running = deferred_running + now_running - was_running,
-    active_left = active_left + (was IS NOT DISTINCT FROM 'active')::int,
-    scheduled_left = scheduled_left + (was IS NOT DISTINCT FROM 'scheduled')::int,
-    deferred_left = deferred_left + (was IS NOT DISTINCT FROM 'deferred')::int
-  WHERE tenant = t AND project IN ('', p);
-  GET DIAGNOSTICS touched = ROW_COUNT;
-  IF touched < 2 THEN
+  -- The tenant's row ('') first, then the project's, each by its key: every writer takes them in
+  -- this order (a deferred claim and a thread's claim lock the tenant's row first; the
+  -- reconciliation locks a tenant's rows in key order).
+  keys := CASE WHEN p = '' THEN ARRAY[''] ELSE ARRAY['', p] END;
+  touched := 0;
+  FOREACH k IN ARRAY keys LOOP
+    UPDATE admission_counters SET
+      default_active = default_active + (now_in IS NOT DISTINCT FROM 'active')::int - (was IS NOT DISTINCT FROM 'active')::int,
+      default_scheduled = default_scheduled + (now_in IS NOT DISTINCT FROM 'scheduled')::int - (was IS NOT DISTINCT FROM 'scheduled')::int,
+      deferred_waiting = deferred_waiting + (now_in IS NOT DISTINCT FROM 'deferred')::int - (was IS NOT DISTINCT FROM 'deferred')::int,
+      deferred_running = deferred_running + now_running - was_running,
+      active_left = active_left + (was IS NOT DISTINCT FROM 'active')::int,
+      scheduled_left = scheduled_left + (was IS NOT DISTINCT FROM 'scheduled')::int,
+      deferred_left = deferred_left + (was IS NOT DISTINCT FROM 'deferred')::int
+    WHERE tenant = t AND project = k;
+    GET DIAGNOSTICS more = ROW_COUNT;
+    touched := touched + more;
+  END LOOP;
+  IF touched < cardinality(keys) THEN
     INSERT INTO admission_counters AS c (tenant, project, default_active, default_scheduled, deferred_waiting, deferred_running)
-    SELECT t, k, (now_in IS NOT DISTINCT FROM 'active')::int, (now_in IS NOT DISTINCT FROM 'scheduled')::int,
+    SELECT t, key, (now_in IS NOT DISTINCT FROM 'active')::int, (now_in IS NOT DISTINCT FROM 'scheduled')::int,
            (now_in IS NOT DISTINCT FROM 'deferred')::int, now_running
-    FROM unnest(ARRAY['', p]) AS k
-    WHERE NOT EXISTS (SELECT 1 FROM admission_counters WHERE tenant = t AND project = k)
+    FROM unnest(keys) AS key
+    WHERE NOT EXISTS (SELECT 1 FROM admission_counters WHERE tenant = t AND project = key)
     ON CONFLICT (tenant, project) DO UPDATE SET
       default_active = c.default_active + EXCLUDED.default_active,
       default_scheduled = c.default_scheduled + EXCLUDED.default_scheduled,
