@@ -174,6 +174,26 @@ describeWith({ PostgreSQL: postgres })('admission counters on PostgreSQL', () =>
     await expectExact(db, t);
   }, 60_000);
 
+  it("a new tenant's first runs, inserted at once from two connections, are each counted in its row and their projects'", async () => {
+    const db = await openDb(await freshDatabase());
+    // Two statements at once, each its own transaction: neither finds the tenant's row ('') when
+    // it starts. A look for the row made apart from the UPDATE that missed it, after the other
+    // committed, dropped the change (a few tenants in a few hundred, before 036's last form).
+    const tenants = Array.from({ length: 600 }, (_, i) => `first-${i}`);
+    for (const tenant of tenants) {
+      await Promise.all(
+        ['p1', 'p2'].map((project) => insertRuns(db, [{ who: who(tenant, project), run: run() }])),
+      );
+    }
+    const { rows } = await db.query<{ tenant: string; active: number }>(
+      `SELECT tenant, default_active AS active FROM admission_counters WHERE project = '' AND tenant = ANY($1::text[])`,
+      [tenants],
+    );
+    expect(rows.filter((r) => r.active !== 2)).toEqual([]);
+    expect(rows).toHaveLength(tenants.length);
+    for (const tenant of tenants.slice(0, 5)) await expectExact(db, tenant);
+  }, 120_000);
+
   it('a run the database refuses as data fails alone: the runs batched with it are admitted', async () => {
     const db = await openDb(await freshDatabase());
     const t = 'bad-one';

@@ -32,10 +32,14 @@ DECLARE
   now_running int := 0;
   t text;
   p text;
-  touched int;
-  more int;
-  -- The rows to change, in key order: the tenant's (''), then the project's.
-  keys text[];
+  -- What the change adds to each count of the rows it touches.
+  d_active int;
+  d_scheduled int;
+  d_deferred int;
+  d_running int;
+  l_active int;
+  l_scheduled int;
+  l_deferred int;
   k text;
 BEGIN
   IF TG_OP = 'INSERT' THEN
@@ -53,36 +57,43 @@ BEGIN
   IF was IS NOT DISTINCT FROM now_in AND was_running = now_running THEN
     RETURN NULL;
   END IF;
+  d_active := (now_in IS NOT DISTINCT FROM 'active')::int - (was IS NOT DISTINCT FROM 'active')::int;
+  d_scheduled := (now_in IS NOT DISTINCT FROM 'scheduled')::int - (was IS NOT DISTINCT FROM 'scheduled')::int;
+  d_deferred := (now_in IS NOT DISTINCT FROM 'deferred')::int - (was IS NOT DISTINCT FROM 'deferred')::int;
+  d_running := now_running - was_running;
+  l_active := (was IS NOT DISTINCT FROM 'active')::int;
+  l_scheduled := (was IS NOT DISTINCT FROM 'scheduled')::int;
+  l_deferred := (was IS NOT DISTINCT FROM 'deferred')::int;
   -- The tenant's row ('') first, then the project's, each by its key: every writer takes them in
   -- this order (a deferred claim and a thread's claim lock the tenant's row first; the
-  -- reconciliation locks a tenant's rows in key order).
-  keys := CASE WHEN p = '' THEN ARRAY[''] ELSE ARRAY['', p] END;
-  touched := 0;
-  FOREACH k IN ARRAY keys LOOP
+  -- reconciliation locks a tenant's rows in key order). A row not there yet is inserted at its
+  -- turn, or added to if another transaction inserted it first (ON CONFLICT waits for that one
+  -- and sees what it committed): a look for it made apart from the UPDATE could miss a row
+  -- committed in between and drop this change.
+  FOREACH k IN ARRAY CASE WHEN p = '' THEN ARRAY[''] ELSE ARRAY['', p] END LOOP
     UPDATE admission_counters SET
-      default_active = default_active + (now_in IS NOT DISTINCT FROM 'active')::int - (was IS NOT DISTINCT FROM 'active')::int,
-      default_scheduled = default_scheduled + (now_in IS NOT DISTINCT FROM 'scheduled')::int - (was IS NOT DISTINCT FROM 'scheduled')::int,
-      deferred_waiting = deferred_waiting + (now_in IS NOT DISTINCT FROM 'deferred')::int - (was IS NOT DISTINCT FROM 'deferred')::int,
-      deferred_running = deferred_running + now_running - was_running,
-      active_left = active_left + (was IS NOT DISTINCT FROM 'active')::int,
-      scheduled_left = scheduled_left + (was IS NOT DISTINCT FROM 'scheduled')::int,
-      deferred_left = deferred_left + (was IS NOT DISTINCT FROM 'deferred')::int
+      default_active = default_active + d_active,
+      default_scheduled = default_scheduled + d_scheduled,
+      deferred_waiting = deferred_waiting + d_deferred,
+      deferred_running = deferred_running + d_running,
+      active_left = active_left + l_active,
+      scheduled_left = scheduled_left + l_scheduled,
+      deferred_left = deferred_left + l_deferred
     WHERE tenant = t AND project = k;
-    GET DIAGNOSTICS more = ROW_COUNT;
-    touched := touched + more;
+    IF NOT FOUND THEN
+      INSERT INTO admission_counters AS c (tenant, project, default_active, default_scheduled, deferred_waiting,
+                                           deferred_running, active_left, scheduled_left, deferred_left)
+      VALUES (t, k, d_active, d_scheduled, d_deferred, d_running, l_active, l_scheduled, l_deferred)
+      ON CONFLICT (tenant, project) DO UPDATE SET
+        default_active = c.default_active + EXCLUDED.default_active,
+        default_scheduled = c.default_scheduled + EXCLUDED.default_scheduled,
+        deferred_waiting = c.deferred_waiting + EXCLUDED.deferred_waiting,
+        deferred_running = c.deferred_running + EXCLUDED.deferred_running,
+        active_left = c.active_left + EXCLUDED.active_left,
+        scheduled_left = c.scheduled_left + EXCLUDED.scheduled_left,
+        deferred_left = c.deferred_left + EXCLUDED.deferred_left;
+    END IF;
   END LOOP;
-  IF touched < cardinality(keys) THEN
-    INSERT INTO admission_counters AS c (tenant, project, default_active, default_scheduled, deferred_waiting, deferred_running)
-    SELECT t, key, (now_in IS NOT DISTINCT FROM 'active')::int, (now_in IS NOT DISTINCT FROM 'scheduled')::int,
-           (now_in IS NOT DISTINCT FROM 'deferred')::int, now_running
-    FROM unnest(keys) AS key
-    WHERE NOT EXISTS (SELECT 1 FROM admission_counters WHERE tenant = t AND project = key)
-    ON CONFLICT (tenant, project) DO UPDATE SET
-      default_active = c.default_active + EXCLUDED.default_active,
-      default_scheduled = c.default_scheduled + EXCLUDED.default_scheduled,
-      deferred_waiting = c.deferred_waiting + EXCLUDED.deferred_waiting,
-      deferred_running = c.deferred_running + EXCLUDED.deferred_running;
-  END IF;
   RETURN NULL;
 END $$;
 
